@@ -1,0 +1,11 @@
+//! Pure scheduling rules of Qiwu Scheduler: the cron dialect and its
+//! descriptions, job validation, params schemas and handler descriptors.
+//!
+//! Nothing here does IO or reads a clock: time is always a parameter, so every
+//! rule can be tested with plain values.
+
+pub mod cron;
+pub mod lang;
+
+pub use cron::{CronError, CronExpr, FieldKind, FieldProblem};
+pub use lang::Lang;
