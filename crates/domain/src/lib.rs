@@ -9,3 +9,10 @@ pub mod lang;
 
 pub use cron::{CronError, CronExpr, FieldKind, FieldProblem};
 pub use lang::Lang;
+pub mod handler;
+pub mod job;
+pub mod params;
+
+pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema};
+pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
+pub use params::{ParamError, ParamProblem};
