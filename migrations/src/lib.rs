@@ -1,1 +1,27 @@
-//! Placeholder.
+//! Database migrations for Qiwu Scheduler, written with the sea-orm-migration
+//! schema builder so that one definition runs on SQLite, PostgreSQL and
+//! MySQL/MariaDB.
+//!
+//! Conventions every migration follows:
+//! - timestamps are `BIGINT` milliseconds since the Unix epoch (UTC), never a
+//!   database time type (MySQL `TIMESTAMP` ends in 2038 and zone handling differs);
+//! - indexed strings are `VARCHAR(n)`, long text is `TEXT`;
+//! - on MySQL, tables are utf8mb4 with the binary collation so that string keys
+//!   compare case- and accent-sensitively, exactly as on PostgreSQL and SQLite.
+
+use sea_orm_migration::prelude::*;
+
+/// Re-exported so callers can run `Migrator::up` without depending on sea-orm-migration.
+pub use sea_orm_migration::MigratorTrait;
+
+mod m20251129_000001_initial;
+
+/// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20251129_000001_initial::Migration)]
+    }
+}

@@ -1,1 +1,105 @@
-//! Placeholder.
+//! The HTTP API of Qiwu Scheduler: thin actix handlers over the domain and
+//! storage crates, bearer-JWT auth, problem+json errors and the OpenAPI
+//! document generated from the handlers themselves.
+
+pub mod auth;
+pub mod dto;
+pub mod error;
+pub mod routes;
+pub mod state;
+
+use actix_web::web;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ComponentsBuilder, InfoBuilder, OpenApi, OpenApiBuilder};
+use utoipa_actix_web::AppExt;
+use utoipa_actix_web::service_config::ServiceConfig;
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use auth::{Claims, JwtKeys, Permission};
+pub use state::{AppState, ChangeListener, NoListener};
+
+/// Registers every documented endpoint.
+fn endpoints(cfg: &mut ServiceConfig) {
+    use routes::*;
+    cfg.service(health::healthz)
+        .service(health::readyz)
+        .service(handlers::list_handlers)
+        .service(groups::list_groups)
+        .service(groups::create_group)
+        .service(groups::delete_group)
+        .service(jobs::list_jobs)
+        .service(jobs::create_job)
+        .service(jobs::batch_delete)
+        .service(jobs::get_job)
+        .service(jobs::update_job)
+        .service(jobs::set_enabled)
+        .service(jobs::delete_job)
+        .service(cron::preview);
+}
+
+/// The document's fixed parts: title, version, the bearer scheme.
+fn base_document() -> OpenApi {
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("Qiwu Scheduler")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "Scheduled jobs of the Qiwu admin platform. Errors are \
+                     application/problem+json in the language of Accept-Language \
+                     (zh-CN by default, or en).",
+                ))
+                .build(),
+        )
+        .components(Some(
+            ComponentsBuilder::new()
+                .security_scheme(
+                    "bearer",
+                    SecurityScheme::Http(
+                        HttpBuilder::new()
+                            .scheme(HttpAuthScheme::Bearer)
+                            .bearer_format("JWT")
+                            .build(),
+                    ),
+                )
+                .build(),
+        ))
+        .build()
+}
+
+/// The OpenAPI document, as `qiwu-scheduler openapi` prints it.
+pub fn openapi() -> OpenApi {
+    let (_, doc) = actix_web::App::new()
+        .into_utoipa_app()
+        .openapi(base_document())
+        .configure(endpoints)
+        .split_for_parts();
+    doc
+}
+
+/// The document as pretty JSON with a trailing newline.
+pub fn openapi_json() -> String {
+    let mut json = openapi().to_pretty_json().unwrap_or_else(|e| {
+        // Serialising our own document cannot fail; say so loudly if it does.
+        format!("{{\"error\": \"cannot serialise the OpenAPI document: {e}\"}}")
+    });
+    json.push('\n');
+    json
+}
+
+/// Configures an actix `App` with the state, every route, `/openapi.json`
+/// and the Swagger UI at `/docs`.
+pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg: &mut web::ServiceConfig| {
+        let doc = openapi();
+        cfg.app_data(web::Data::new(state))
+            .app_data(error::json_config())
+            .app_data(error::query_config())
+            .app_data(error::path_config());
+        let mut utoipa_cfg = ServiceConfig::new(cfg);
+        endpoints(&mut utoipa_cfg);
+        cfg.service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc))
+            .service(web::redirect("/docs", "/docs/"))
+            .default_service(web::to(error::not_found));
+    }
+}

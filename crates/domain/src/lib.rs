@@ -4,6 +4,7 @@
 //! Nothing here does IO or reads a clock: time is always a parameter, so every
 //! rule can be tested with plain values.
 
+pub mod builtin;
 pub mod cron;
 pub mod lang;
 

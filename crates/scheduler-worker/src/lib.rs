@@ -1,1 +1,4 @@
-//! Placeholder.
+//! Timers, claims and execution of Qiwu Scheduler, and the built-in
+//! handlers compiled into the service.
+
+pub mod handlers;

@@ -1,1 +1,16 @@
-//! Placeholder.
+//! Persistence for Qiwu Scheduler over sea-orm: one [`Store`] per process,
+//! hand-written entities for every table, and repositories that turn rows into
+//! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
+
+pub mod entity;
+mod error;
+mod groups;
+mod jobs;
+mod store;
+pub mod timestamp;
+
+pub use error::StorageError;
+pub use groups::{GroupRecord, GroupRepo};
+pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
+pub use sea_orm::DatabaseConnection;
+pub use store::{Backend, Store};

@@ -1,0 +1,277 @@
+//! Bearer JWT authentication (HS256) and the permission codes of SPEC §9.
+
+use std::collections::BTreeSet;
+use std::future::{Ready, ready};
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, web};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use qiwu_domain::Lang;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, ErrorKind, Text, request_lang};
+use crate::state::AppState;
+
+/// The permission codes; super admins hold them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Permission {
+    TaskBrowse,
+    TaskView,
+    TaskCreate,
+    TaskModify,
+    TaskRemove,
+    TaskExport,
+    TaskRun,
+    RunBrowse,
+    RunView,
+    RunExport,
+    RunRemove,
+}
+
+impl Permission {
+    pub const ALL: [Permission; 11] = [
+        Permission::TaskBrowse,
+        Permission::TaskView,
+        Permission::TaskCreate,
+        Permission::TaskModify,
+        Permission::TaskRemove,
+        Permission::TaskExport,
+        Permission::TaskRun,
+        Permission::RunBrowse,
+        Permission::RunView,
+        Permission::RunExport,
+        Permission::RunRemove,
+    ];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Permission::TaskBrowse => "scheduler.task.browse",
+            Permission::TaskView => "scheduler.task.view",
+            Permission::TaskCreate => "scheduler.task.create",
+            Permission::TaskModify => "scheduler.task.modify",
+            Permission::TaskRemove => "scheduler.task.remove",
+            Permission::TaskExport => "scheduler.task.export",
+            Permission::TaskRun => "scheduler.task.run",
+            Permission::RunBrowse => "scheduler.run.browse",
+            Permission::RunView => "scheduler.run.view",
+            Permission::RunExport => "scheduler.run.export",
+            Permission::RunRemove => "scheduler.run.remove",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<Permission> {
+        Permission::ALL.into_iter().find(|p| p.code() == code)
+    }
+}
+
+/// The claims of our tokens.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Claims {
+    pub sub: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub perms: Vec<String>,
+    #[serde(default, rename = "superAdmin")]
+    pub super_admin: bool,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: i64,
+}
+
+/// The signing secret, shared by every instance.
+#[derive(Clone)]
+pub struct JwtKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+}
+
+impl JwtKeys {
+    /// Keys for a shared secret; an empty secret is refused.
+    pub fn from_secret(secret: &[u8]) -> Result<JwtKeys, jsonwebtoken::errors::Error> {
+        Ok(JwtKeys {
+            encoding: EncodingKey::from_secret(secret)?,
+            decoding: DecodingKey::from_secret(secret)?,
+        })
+    }
+
+    pub fn mint(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Claims, jsonwebtoken::errors::Error> {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = 30;
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map(|data| data.claims)
+    }
+}
+
+/// The signed-in caller of a request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub sub: String,
+    pub name: String,
+    pub super_admin: bool,
+    perms: BTreeSet<Permission>,
+    /// The language the request asked for; errors are written in it.
+    pub lang: Lang,
+}
+
+impl Principal {
+    pub fn has(&self, p: Permission) -> bool {
+        self.super_admin || self.perms.contains(&p)
+    }
+
+    /// Fails with 403 unless the caller holds every listed permission.
+    pub fn require(&self, needed: &[Permission]) -> Result<(), ApiError> {
+        let missing: Vec<&str> = needed
+            .iter()
+            .filter(|p| !self.has(**p))
+            .map(|p| p.code())
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                self.lang,
+                ErrorKind::Forbidden {
+                    needs: missing.join(", "),
+                },
+            ))
+        }
+    }
+
+    pub fn require_super_admin(&self) -> Result<(), ApiError> {
+        if self.super_admin {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                self.lang,
+                ErrorKind::Forbidden {
+                    needs: "superAdmin".into(),
+                },
+            ))
+        }
+    }
+
+    /// The name recorded as `createdBy`/`updatedBy`.
+    pub fn actor(&self) -> String {
+        self.sub.clone()
+    }
+}
+
+fn unauthenticated(lang: Lang, zh: &str, en: &str) -> ApiError {
+    ApiError::new(lang, ErrorKind::Unauthenticated(Text::new(zh, en)))
+}
+
+fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
+    let lang = request_lang(req);
+    let Some(state) = req.app_data::<web::Data<AppState>>() else {
+        return Err(ApiError::internal(
+            lang,
+            std::io::Error::other("AppState is not registered"),
+        ));
+    };
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Err(unauthenticated(
+            lang,
+            "缺少 Authorization: Bearer 令牌",
+            "Missing the Authorization: Bearer token",
+        ));
+    };
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        return Err(unauthenticated(
+            lang,
+            "Authorization 头必须是 Bearer 令牌",
+            "The Authorization header must carry a Bearer token",
+        ));
+    };
+    let claims = state.keys.verify(token).map_err(|e| {
+        use jsonwebtoken::errors::ErrorKind as J;
+        match e.kind() {
+            J::ExpiredSignature => unauthenticated(
+                lang,
+                "令牌已过期：请重新登录",
+                "The token has expired: sign in again",
+            ),
+            _ => unauthenticated(lang, "令牌无效", "The token is not valid"),
+        }
+    })?;
+    Ok(Principal {
+        perms: claims
+            .perms
+            .iter()
+            .filter_map(|c| Permission::from_code(c))
+            .collect(),
+        sub: claims.sub,
+        name: claims.name,
+        super_admin: claims.super_admin,
+        lang,
+    })
+}
+
+impl FromRequest for Principal {
+    type Error = ApiError;
+    type Future = Ready<Result<Principal, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(authenticate(req))
+    }
+}
+
+/// The request's language, for endpoints that need no sign-in.
+pub struct RequestLang(pub Lang);
+
+impl FromRequest for RequestLang {
+    type Error = ApiError;
+    type Future = Ready<Result<RequestLang, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Ok(RequestLang(request_lang(req))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip() {
+        for p in Permission::ALL {
+            assert_eq!(Permission::from_code(p.code()), Some(p));
+        }
+        assert_eq!(Permission::from_code("scheduler.task.nuke"), None);
+    }
+
+    #[test]
+    fn mint_and_verify() {
+        let keys = JwtKeys::from_secret(b"secret").expect("keys");
+        let claims = Claims {
+            sub: "alice".into(),
+            name: "Alice".into(),
+            perms: vec!["scheduler.task.browse".into()],
+            super_admin: false,
+            exp: chrono::Utc::now().timestamp() + 60,
+        };
+        let token = keys.mint(&claims).expect("mint");
+        assert_eq!(keys.verify(&token).expect("verify"), claims);
+        let other = JwtKeys::from_secret(b"other").expect("keys");
+        assert!(other.verify(&token).is_err());
+        let expired = Claims {
+            exp: chrono::Utc::now().timestamp() - 3600,
+            ..claims
+        };
+        let token = keys.mint(&expired).expect("mint");
+        assert!(keys.verify(&token).is_err());
+    }
+}

@@ -1,0 +1,36 @@
+//! Liveness and readiness probes.
+
+use actix_web::{HttpResponse, get, web};
+
+use crate::dto::Health;
+use crate::state::AppState;
+
+/// The process is up.
+#[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, body = Health)))]
+#[get("/healthz")]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// The process can reach its database.
+#[utoipa::path(
+    tag = "ops",
+    summary = "Readiness probe",
+    responses((status = 200, body = Health), (status = 503, body = Health))
+)]
+#[get("/readyz")]
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    match state.store.ping().await {
+        Ok(()) => HttpResponse::Ok().json(Health {
+            status: "ready".into(),
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            HttpResponse::ServiceUnavailable().json(Health {
+                status: "database unreachable".into(),
+            })
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! Jobs: list, create, detail, update, enable/disable, delete.
+
+use actix_web::http::header;
+use actix_web::{HttpResponse, delete, get, post, put, web};
+use chrono::Utc;
+use chrono_tz::Tz;
+use qiwu_domain::job::{self, JobSpec};
+use qiwu_domain::{CronExpr, Lang, builtin};
+use qiwu_storage::{JobFilter, JobRecord, NewJob, StorageError};
+use serde_json::{Map, Value, json};
+
+use crate::auth::{Permission, Principal};
+use crate::dto::{
+    EnabledWrite, IdList, JobDetailDto, JobDto, JobPage, JobQuery, JobWrite, in_zone,
+};
+use crate::error::{ApiError, Problem, ProblemFieldText};
+use crate::state::AppState;
+
+const DEFAULT_PAGE_SIZE: u64 = 20;
+const MAX_PAGE_SIZE: u64 = 100;
+const MAX_BATCH: usize = 1000;
+
+/// Lists jobs matching the filters, a page at a time, ordered by id.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "List and search jobs",
+    security(("bearer" = [])),
+    params(JobQuery),
+    responses(
+        (status = 200, body = JobPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/jobs")]
+pub async fn list_jobs(
+    state: web::Data<AppState>,
+    who: Principal,
+    query: web::Query<JobQuery>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskBrowse])?;
+    let lang = who.lang;
+    let q = query.into_inner();
+    let page = q.page.unwrap_or(1);
+    let page_size = q.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+    if page == 0 {
+        return Err(ApiError::field(
+            lang,
+            "page",
+            "page 从 1 开始",
+            "page starts at 1",
+        ));
+    }
+    if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+        return Err(ApiError::field(
+            lang,
+            "pageSize",
+            format!("pageSize 的取值范围是 1–{MAX_PAGE_SIZE}"),
+            format!("pageSize must be between 1 and {MAX_PAGE_SIZE}"),
+        ));
+    }
+    let blank_to_none =
+        |s: Option<String>| s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let filter = JobFilter {
+        name: blank_to_none(q.name),
+        group: blank_to_none(q.group),
+        handler: blank_to_none(q.handler),
+        enabled: q.enabled,
+    };
+    let (items, total) = state
+        .store
+        .jobs()
+        .list(&filter, page, page_size)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    Ok(HttpResponse::Ok().json(JobPage {
+        items: items.into_iter().map(|j| JobDto::new(j, lang)).collect(),
+        total,
+        page,
+        page_size,
+    }))
+}
+
+/// The body as a JSON object, or a 400 naming the problem.
+fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+    match body {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::bad_request(
+            lang,
+            "请求体必须是一个 JSON 对象",
+            "The request body must be a JSON object",
+        )),
+    }
+}
+
+/// Validates a merged job, turning every field error into the response.
+async fn validate(
+    state: &AppState,
+    lang: Lang,
+    input: &Map<String, Value>,
+) -> Result<JobSpec, ApiError> {
+    let groups: Vec<String> = state
+        .store
+        .groups()
+        .list()
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .into_iter()
+        .map(|g| g.code)
+        .collect();
+    job::validate(input, &state.catalog, &groups).map_err(|errors| {
+        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
+    })
+}
+
+fn to_new_job(spec: JobSpec, builtin_key: Option<String>) -> NewJob {
+    NewJob {
+        name: spec.name,
+        group: spec.group,
+        handler: spec.handler,
+        params: Value::Object(spec.params),
+        cron: spec.cron.as_str().to_string(),
+        timezone: spec.timezone.map(|tz| tz.name().to_string()),
+        enabled: spec.enabled,
+        retry_count: spec.retry_count,
+        retry_interval_ms: spec.retry_interval_ms,
+        timeout_ms: spec.timeout_ms,
+        allow_concurrent: spec.allow_concurrent,
+        misfire_policy: spec.misfire_policy.as_str().to_string(),
+        remark: spec.remark,
+        builtin_key,
+    }
+}
+
+/// A stored job as the writable JSON fields, the base an update merges over.
+fn writable(job: &JobRecord) -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "name": job.name,
+        "group": job.group,
+        "handler": job.handler,
+        "params": job.params,
+        "cron": job.cron,
+        "timezone": job.timezone,
+        "enabled": job.enabled,
+        "retryCount": job.retry_count,
+        "retryIntervalMs": job.retry_interval_ms,
+        "timeoutMs": job.timeout_ms,
+        "allowConcurrent": job.allow_concurrent,
+        "misfirePolicy": job.misfire_policy,
+        "remark": job.remark,
+    }) else {
+        return Map::new();
+    };
+    map
+}
+
+/// Creates a job; absent fields take their defaults.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Create a job",
+    security(("bearer" = [])),
+    request_body = JobWrite,
+    responses(
+        (status = 201, body = JobDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Name taken", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/jobs")]
+pub async fn create_job(
+    state: web::Data<AppState>,
+    who: Principal,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskCreate])?;
+    let lang = who.lang;
+    let mut input = job::defaults();
+    input.extend(body_object(lang, body.into_inner())?);
+    let spec = validate(&state, lang, &input).await?;
+    let created = state
+        .store
+        .jobs()
+        .create(&to_new_job(spec, None), &who.actor(), Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    state.changes.job_changed(created.id);
+    tracing::info!(job = created.id, actor = %who.sub, "job created");
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, format!("/api/jobs/{}", created.id)))
+        .json(JobDto::new(created, lang)))
+}
+
+async fn load(state: &AppState, lang: Lang, id: i64) -> Result<JobRecord, ApiError> {
+    state
+        .store
+        .jobs()
+        .get(id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| ApiError::job_not_found(lang, id))
+}
+
+/// The zone a job's times are computed in.
+fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
+    job.timezone
+        .as_deref()
+        .and_then(|name| name.parse::<Tz>().ok())
+        .unwrap_or(state.timezone)
+}
+
+/// A job with its cron description, next fire times and recent runs.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Job detail",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Job id")),
+    responses(
+        (status = 200, body = JobDetailDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/jobs/{id}")]
+pub async fn get_job(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskView])?;
+    let lang = who.lang;
+    let job = load(&state, lang, id.into_inner()).await?;
+    let tz = job_zone(&state, &job);
+    let (cron_description, next_fire_times) = match CronExpr::parse(&job.cron) {
+        Ok(cron) => (
+            cron.describe(lang),
+            in_zone(cron.upcoming(Utc::now(), tz, 5), tz),
+        ),
+        // Only a row written outside the API can hold an invalid expression.
+        Err(e) => (e.message(lang), vec![]),
+    };
+    let notice = (!job.enabled).then(|| {
+        lang.pick(
+            "任务已停用：以下为启用后的触发时间。",
+            "The job is disabled: these are the fire times once it is enabled.",
+        )
+        .to_string()
+    });
+    let recent_runs = if who.has(Permission::RunBrowse) {
+        Some(vec![])
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(JobDetailDto {
+        job: JobDto::new(job, lang),
+        cron_description,
+        next_fire_times,
+        notice,
+        recent_runs,
+    }))
+}
+
+/// Updates a job. The body carries the `version` it was based on; absent
+/// fields keep their current values.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Update a job",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Job id")),
+    request_body = JobWrite,
+    responses(
+        (status = 200, body = JobDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Name taken or stale version", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[put("/api/jobs/{id}")]
+pub async fn update_job(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskModify, Permission::TaskView])?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let body = body_object(lang, body.into_inner())?;
+    let version = match body.get("version") {
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v > 0) => n.as_i64().unwrap_or(0),
+        Some(_) => {
+            return Err(ApiError::field(
+                lang,
+                "version",
+                "version 应为正整数",
+                "version must be a positive integer",
+            ));
+        }
+        None => {
+            return Err(ApiError::field(
+                lang,
+                "version",
+                "必填：请带上修改前读到的 version",
+                "Required: send the version the edit is based on",
+            ));
+        }
+    };
+    let current = load(&state, lang, id).await?;
+    let mut input = writable(&current);
+    input.extend(body);
+    // A built-in job echoed back under its translated name keeps its
+    // original name, so that it keeps following the reader's language.
+    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
+        && current.name == b.name_zh
+        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
+    {
+        input.insert("name".into(), json!(b.name_zh));
+    }
+    let spec = validate(&state, lang, &input).await?;
+    let updated = state
+        .store
+        .jobs()
+        .update(
+            id,
+            version,
+            &to_new_job(spec, None),
+            &who.actor(),
+            Utc::now(),
+        )
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound => ApiError::job_not_found(lang, id),
+            other => ApiError::storage(lang, other),
+        })?;
+    state.changes.job_changed(id);
+    tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
+    Ok(HttpResponse::Ok().json(JobDto::new(updated, lang)))
+}
+
+/// Enables or disables a job at once on every instance.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Enable or disable a job",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Job id")),
+    request_body = EnabledWrite,
+    responses(
+        (status = 200, body = JobDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Stale version", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[put("/api/jobs/{id}/enabled")]
+pub async fn set_enabled(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+    body: web::Json<EnabledWrite>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskModify])?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let body = body.into_inner();
+    let job = state
+        .store
+        .jobs()
+        .set_enabled(id, body.enabled, body.version, &who.actor(), Utc::now())
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound => ApiError::job_not_found(lang, id),
+            other => ApiError::storage(lang, other),
+        })?;
+    state.changes.job_changed(id);
+    tracing::info!(job = id, enabled = body.enabled, actor = %who.sub, "job enabled state set");
+    Ok(HttpResponse::Ok().json(JobDto::new(job, lang)))
+}
+
+/// Deletes a job; its runs stay in the run log.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Delete a job",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Job id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[delete("/api/jobs/{id}")]
+pub async fn delete_job(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskRemove])?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let deleted = state
+        .store
+        .jobs()
+        .delete(id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    if deleted.is_none() {
+        return Err(ApiError::job_not_found(lang, id));
+    }
+    state.changes.job_changed(id);
+    tracing::info!(job = id, actor = %who.sub, "job deleted");
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Deletes several jobs at once; ids that do not exist are ignored.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Delete several jobs",
+    security(("bearer" = [])),
+    request_body = IdList,
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/jobs/batch-delete")]
+pub async fn batch_delete(
+    state: web::Data<AppState>,
+    who: Principal,
+    body: web::Json<IdList>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskRemove])?;
+    let lang = who.lang;
+    let ids = body.into_inner().ids;
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            lang,
+            "ids",
+            format!("ids 需要 1–{MAX_BATCH} 个"),
+            format!("ids must hold 1–{MAX_BATCH} ids"),
+        ));
+    }
+    let deleted = state
+        .store
+        .jobs()
+        .delete_many(&ids)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    for job in &deleted {
+        state.changes.job_changed(job.id);
+    }
+    tracing::info!(count = deleted.len(), actor = %who.sub, "jobs deleted");
+    Ok(HttpResponse::NoContent().finish())
+}

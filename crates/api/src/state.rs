@@ -1,0 +1,31 @@
+//! What every request handler shares.
+
+use std::sync::Arc;
+
+use chrono_tz::Tz;
+use qiwu_domain::HandlerCatalog;
+use qiwu_storage::Store;
+
+use crate::auth::JwtKeys;
+
+/// Called after a job change is committed, so timers everywhere re-arm.
+pub trait ChangeListener: Send + Sync {
+    fn job_changed(&self, job_id: i64);
+}
+
+/// A listener for processes that run no timers.
+pub struct NoListener;
+
+impl ChangeListener for NoListener {
+    fn job_changed(&self, _job_id: i64) {}
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub catalog: Arc<HandlerCatalog>,
+    pub keys: JwtKeys,
+    /// `QIWU_TIMEZONE`: the zone of jobs whose own zone is null.
+    pub timezone: Tz,
+    pub changes: Arc<dyn ChangeListener>,
+}

@@ -1,0 +1,16 @@
+//! Hand-written sea-orm entities, one module per table created by
+//! `qiwu-migrations`. Timestamps are `i64` milliseconds since the Unix epoch
+//! (see [`crate::time`] for the conversion); JSON lives in `TEXT` columns.
+
+pub mod api_key;
+pub mod audit_log;
+pub mod fire;
+pub mod instance;
+pub mod job;
+pub mod job_group;
+pub mod notification;
+pub mod notification_template;
+pub mod outbox;
+pub mod run;
+pub mod seed_marker;
+pub mod setting;

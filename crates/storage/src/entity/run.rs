@@ -1,0 +1,35 @@
+//! `runs`: the run log, one row per attempt (or skip) of a fire. Job name and
+//! handler are copied so rows survive the job's deletion.
+
+use sea_orm::entity::prelude::*;
+
+#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[sea_orm(table_name = "runs")]
+pub struct Model {
+    #[sea_orm(primary_key)]
+    pub id: i64,
+    pub fire_id: i64,
+    pub job_id: i64,
+    pub job_name: String,
+    pub handler: String,
+    pub trigger: String,
+    pub scheduled_at: i64,
+    pub attempt: i32,
+    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    pub status: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub instance: String,
+    #[sea_orm(column_type = "Text")]
+    pub output: String,
+    #[sea_orm(column_type = "Text")]
+    pub error: String,
+    /// Soft delete: hidden from the API at once, purged by `audit.purge` later.
+    pub deleted_at: Option<i64>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,437 @@
+//! Jobs: records, filters and the [`JobRepo`] repository.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{BinOper, Expr, ExprTrait, Func};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::NotSet, ActiveValue::Set, ColumnTrait, Condition,
+    ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+};
+
+use crate::entity::job::{self, Column};
+use crate::error::is_unique_violation;
+use crate::timestamp::{from_millis, to_millis};
+use crate::{Store, StorageError};
+
+/// Escape character for LIKE patterns. Not a backslash: MySQL string literals
+/// treat it specially while PostgreSQL's do not, so `ESCAPE '\'` is not portable.
+const LIKE_ESCAPE: char = '!';
+
+/// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
+const IN_CHUNK: usize = 500;
+
+/// Input for create/update; already validated by the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub name: String,
+    pub group: String,
+    pub handler: String,
+    pub params: serde_json::Value,
+    pub cron: String,
+    pub timezone: Option<String>,
+    pub enabled: bool,
+    pub retry_count: i32,
+    pub retry_interval_ms: i64,
+    pub timeout_ms: i64,
+    pub allow_concurrent: bool,
+    pub misfire_policy: String,
+    pub remark: String,
+    /// Only used by create; update never changes it.
+    pub builtin_key: Option<String>,
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: i64,
+    pub name: String,
+    pub group: String,
+    pub handler: String,
+    pub params: serde_json::Value,
+    pub cron: String,
+    pub timezone: Option<String>,
+    pub enabled: bool,
+    pub retry_count: i32,
+    pub retry_interval_ms: i64,
+    pub timeout_ms: i64,
+    pub allow_concurrent: bool,
+    pub misfire_policy: String,
+    pub remark: String,
+    pub version: i64,
+    pub builtin_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub updated_at: DateTime<Utc>,
+    pub updated_by: String,
+}
+
+impl TryFrom<job::Model> for JobRecord {
+    type Error = StorageError;
+
+    fn try_from(m: job::Model) -> Result<Self, Self::Error> {
+        let params = serde_json::from_str(&m.params).map_err(|e| {
+            StorageError::Corrupt(format!("job {}: params are not valid JSON: {e}", m.id))
+        })?;
+        Ok(JobRecord {
+            id: m.id,
+            name: m.name,
+            group: m.group_code,
+            handler: m.handler,
+            params,
+            cron: m.cron,
+            timezone: m.timezone,
+            enabled: m.enabled,
+            retry_count: m.retry_count,
+            retry_interval_ms: m.retry_interval_ms,
+            timeout_ms: m.timeout_ms,
+            allow_concurrent: m.allow_concurrent,
+            misfire_policy: m.misfire_policy,
+            remark: m.remark,
+            version: m.version,
+            builtin_key: m.builtin_key,
+            created_at: from_millis(m.created_at)?,
+            created_by: m.created_by,
+            updated_at: from_millis(m.updated_at)?,
+            updated_by: m.updated_by,
+        })
+    }
+}
+
+/// Filters of the job list; `None` means "any".
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Case-insensitive substring of the name; `%` and `_` match literally.
+    pub name: Option<String>,
+    pub group: Option<String>,
+    pub handler: Option<String>,
+    pub enabled: Option<bool>,
+}
+
+/// Jobs table access; obtained from [`Store::jobs`].
+pub struct JobRepo<'a> {
+    store: &'a Store,
+}
+
+impl<'a> JobRepo<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        JobRepo { store }
+    }
+}
+
+impl JobRepo<'_> {
+    /// name = case-insensitive substring (`%` and `_` match literally), group
+    /// and handler exact, enabled exact. Ordered by id ascending. `page` is
+    /// 1-based (0 is read as 1). Returns (items, total matching).
+    pub async fn list(
+        &self,
+        filter: &JobFilter,
+        page: u64,
+        page_size: u64,
+    ) -> Result<(Vec<JobRecord>, u64), StorageError> {
+        let db = self.store.connection();
+        let query = job::Entity::find().filter(filter_condition(filter));
+        let total = query.clone().count(db).await?;
+        // Offsets past i64::MAX are rejected by PostgreSQL; nothing is there anyway.
+        let offset = page.saturating_sub(1).saturating_mul(page_size);
+        if page_size == 0 || offset >= total {
+            return Ok((Vec::new(), total));
+        }
+        let rows = query
+            .order_by_asc(Column::Id)
+            .offset(offset)
+            .limit(page_size)
+            .all(db)
+            .await?;
+        let items = rows
+            .into_iter()
+            .map(JobRecord::try_from)
+            .collect::<Result<_, _>>()?;
+        Ok((items, total))
+    }
+
+    pub async fn get(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {
+        find(self.store.connection(), id).await
+    }
+
+    /// Version starts at 1; created_* and updated_* are (actor, now). A taken
+    /// name → `NameTaken`; a taken `builtin_key` → `AlreadyExists`.
+    pub async fn create(
+        &self,
+        job: &NewJob,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<JobRecord, StorageError> {
+        let db = self.store.connection();
+        let now = to_millis(now);
+        let row = job::ActiveModel {
+            id: NotSet,
+            version: Set(1),
+            builtin_key: Set(job.builtin_key.clone()),
+            created_at: Set(now),
+            created_by: Set(actor.to_owned()),
+            ..editable_fields(job, actor, now)
+        };
+        match row.insert(db).await {
+            Ok(m) => JobRecord::try_from(m),
+            Err(e) if is_unique_violation(&e) => Err(self.create_conflict(job).await?),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Which unique key a failed insert hit: the built-in marker when a row
+    /// holds it, else the name (the only other unique key).
+    async fn create_conflict(&self, job: &NewJob) -> Result<StorageError, StorageError> {
+        if let Some(key) = &job.builtin_key
+            && self.find_by_builtin_key(key).await?.is_some()
+        {
+            return Ok(StorageError::AlreadyExists);
+        }
+        Ok(StorageError::NameTaken)
+    }
+
+    /// Atomic optimistic update (`... WHERE id = ? AND version = ?`, bumping
+    /// the version). No row changed: `NotFound` if the id does not exist, else
+    /// `StaleVersion { current }`. Name clash → `NameTaken`. Keeps
+    /// `builtin_key` and created_*.
+    pub async fn update(
+        &self,
+        id: i64,
+        expected_version: i64,
+        job: &NewJob,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<JobRecord, StorageError> {
+        let txn = self.store.begin_write().await?;
+        let changed = job::Entity::update_many()
+            .set(editable_fields(job, actor, to_millis(now)))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.eq(id))
+            .filter(Column::Version.eq(expected_version))
+            .exec(&txn)
+            .await;
+        let changed = match changed {
+            Ok(res) => res.rows_affected,
+            // `builtin_key` is not written, so the name is the only key that can clash.
+            Err(e) if is_unique_violation(&e) => return Err(StorageError::NameTaken),
+            Err(e) => return Err(e.into()),
+        };
+        let current = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        if changed == 0 {
+            return Err(StorageError::StaleVersion {
+                current: current.version,
+            });
+        }
+        txn.commit().await?;
+        Ok(current)
+    }
+
+    /// Sets `enabled`; bumps version and updated_* only when the value
+    /// changes (returns the unchanged record otherwise). With
+    /// `expected_version`, a stale version → `StaleVersion`. `NotFound` when
+    /// missing.
+    pub async fn set_enabled(
+        &self,
+        id: i64,
+        enabled: bool,
+        expected_version: Option<i64>,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<JobRecord, StorageError> {
+        let txn = self.store.begin_write().await?;
+        // Locked read, so the decision below holds until commit (on SQLite the
+        // IMMEDIATE transaction already excludes other writers).
+        let row = job::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+            .ok_or(StorageError::NotFound)?;
+        if let Some(expected) = expected_version
+            && expected != row.version
+        {
+            return Err(StorageError::StaleVersion {
+                current: row.version,
+            });
+        }
+        if row.enabled == enabled {
+            return JobRecord::try_from(row);
+        }
+        let now = to_millis(now);
+        job::Entity::update_many()
+            .col_expr(Column::Enabled, Expr::val(enabled))
+            .col_expr(Column::UpdatedAt, Expr::val(now))
+            .col_expr(Column::UpdatedBy, Expr::val(actor))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        txn.commit().await?;
+        Ok(updated)
+    }
+
+    /// Returns the deleted record (callers audit it), or `None` when missing.
+    pub async fn delete(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {
+        Ok(self.delete_many(&[id]).await?.pop())
+    }
+
+    /// Deletes in one transaction; returns the records that existed and were
+    /// deleted, by id ascending. Duplicate ids count once.
+    pub async fn delete_many(&self, ids: &[i64]) -> Result<Vec<JobRecord>, StorageError> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let txn = self.store.begin_write().await?;
+        let mut deleted = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(IN_CHUNK) {
+            // Lock the rows first so what we return is exactly what we delete.
+            let rows = job::Entity::find()
+                .filter(Column::Id.is_in(chunk.iter().copied()))
+                .order_by_asc(Column::Id)
+                .lock_exclusive()
+                .all(&txn)
+                .await?;
+            if rows.is_empty() {
+                continue;
+            }
+            let found: Vec<i64> = rows.iter().map(|r| r.id).collect();
+            // Convert before deleting: a corrupt row aborts the whole batch
+            // (rolled back) rather than vanish without an audit record.
+            for row in rows {
+                deleted.push(JobRecord::try_from(row)?);
+            }
+            job::Entity::delete_many()
+                .filter(Column::Id.is_in(found))
+                .exec(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        Ok(deleted)
+    }
+
+    pub async fn count_in_group(&self, code: &str) -> Result<u64, StorageError> {
+        Ok(job::Entity::find()
+            .filter(Column::GroupCode.eq(code))
+            .count(self.store.connection())
+            .await?)
+    }
+
+    pub async fn find_by_builtin_key(&self, key: &str) -> Result<Option<JobRecord>, StorageError> {
+        job::Entity::find()
+            .filter(Column::BuiltinKey.eq(key))
+            .one(self.store.connection())
+            .await?
+            .map(JobRecord::try_from)
+            .transpose()
+    }
+}
+
+async fn find<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<JobRecord>, StorageError> {
+    job::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .map(JobRecord::try_from)
+        .transpose()
+}
+
+/// The columns both create and update write.
+fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
+    job::ActiveModel {
+        id: NotSet,
+        name: Set(job.name.clone()),
+        group_code: Set(job.group.clone()),
+        handler: Set(job.handler.clone()),
+        params: Set(job.params.to_string()),
+        cron: Set(job.cron.clone()),
+        timezone: Set(job.timezone.clone()),
+        enabled: Set(job.enabled),
+        retry_count: Set(job.retry_count),
+        retry_interval_ms: Set(job.retry_interval_ms),
+        timeout_ms: Set(job.timeout_ms),
+        allow_concurrent: Set(job.allow_concurrent),
+        misfire_policy: Set(job.misfire_policy.clone()),
+        remark: Set(job.remark.clone()),
+        version: NotSet,
+        builtin_key: NotSet,
+        created_at: NotSet,
+        created_by: NotSet,
+        updated_at: Set(now),
+        updated_by: Set(actor.to_owned()),
+    }
+}
+
+fn filter_condition(filter: &JobFilter) -> Condition {
+    let mut cond = Condition::all();
+    if let Some(name) = &filter.name {
+        cond = cond.add(name_contains(name));
+    }
+    if let Some(group) = &filter.group {
+        cond = cond.add(Column::GroupCode.eq(group.as_str()));
+    }
+    if let Some(handler) = &filter.handler {
+        cond = cond.add(Column::Handler.eq(handler.as_str()));
+    }
+    if let Some(enabled) = filter.enabled {
+        cond = cond.add(Column::Enabled.eq(enabled));
+    }
+    cond
+}
+
+/// `LOWER(name) LIKE LOWER(?) ESCAPE '!'`. Both sides are lowered by the
+/// database so they fold the same way (SQLite folds ASCII only; doing one side
+/// in Rust would fold more than the other).
+fn name_contains(needle: &str) -> Expr {
+    let pattern = format!("%{}%", escape_like(needle));
+    let lowered_pattern = Expr::Binary(
+        Box::new(Func::lower(Expr::val(pattern)).into()),
+        BinOper::Escape,
+        Box::new(Expr::Constant(LIKE_ESCAPE.into())),
+    );
+    Expr::expr(Func::lower(Expr::col((job::Entity, Column::Name))))
+        .binary(BinOper::Like, lowered_pattern)
+}
+
+/// Makes `%`, `_` and the escape character itself match literally.
+fn escape_like(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    for c in s.chars() {
+        if matches!(c, '%' | '_') || c == LIKE_ESCAPE {
+            out.push(LIKE_ESCAPE);
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::{DbBackend, QueryTrait};
+
+    #[test]
+    fn escapes_like_metacharacters() {
+        assert_eq!(escape_like("a%b_c!d"), "a!%b!_c!!d");
+        assert_eq!(escape_like("任务"), "任务");
+    }
+
+    #[test]
+    fn name_filter_sql_on_each_backend() {
+        let query = job::Entity::find().filter(name_contains("A_%"));
+        let pg = query.build(DbBackend::Postgres).to_string();
+        assert!(
+            pg.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            "{pg}"
+        );
+        let my = query.build(DbBackend::MySql).to_string();
+        assert!(
+            my.contains("LOWER(`jobs`.`name`) LIKE LOWER('%A!_!%%') ESCAPE '!'"),
+            "{my}"
+        );
+        let lite = query.build(DbBackend::Sqlite).to_string();
+        assert!(
+            lite.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            "{lite}"
+        );
+    }
+}

@@ -1,0 +1,1076 @@
+//! Repository tests. Every scenario is written once, as an async fn taking a
+//! migrated [`Store`], and run against SQLite (a fresh temp file), PostgreSQL
+//! and MySQL/MariaDB (a fresh database each, dropped afterwards).
+//!
+//! Servers: `QIWU_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432`)
+//! and `QIWU_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306`). An
+//! unreachable server fails the test; it is never skipped.
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use chrono::{DateTime, TimeZone, Utc};
+use qiwu_storage::entity::{
+    api_key, audit_log, fire, instance, job, job_group, notification, notification_template,
+    outbox, run, seed_marker, setting,
+};
+use qiwu_storage::timestamp::truncate_to_millis;
+use qiwu_storage::{
+    Backend, GroupRecord, JobFilter, JobRecord, NewJob, StorageError, Store,
+};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::NotSet, ColumnTrait, ConnectionTrait, EntityTrait,
+    IntoActiveModel, QueryFilter, SqlErr,
+};
+use serde_json::json;
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+const PG_ENV: &str = "QIWU_TEST_POSTGRES_URL";
+const PG_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432";
+const MYSQL_ENV: &str = "QIWU_TEST_MYSQL_URL";
+const MYSQL_DEFAULT: &str = "mysql://root@127.0.0.1:3306";
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+/// What to remove once the scenario is over.
+enum Cleanup {
+    Dir(PathBuf),
+    Database {
+        admin: Store,
+        name: String,
+        kind: Kind,
+    },
+}
+
+fn random_name() -> String {
+    format!("qiwu_t_{:016x}", rand::random::<u64>())
+}
+
+/// The URL with any password replaced, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if s + 3 < at => {
+            let userinfo = &url[s + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `base` with its path replaced by `/db`, query string kept.
+fn with_database(base: &str, db: &str) -> String {
+    let (head, query) = match base.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (base, None),
+    };
+    let scheme_end = head.find("://").map_or(0, |i| i + 3);
+    let authority_end = head[scheme_end..]
+        .find('/')
+        .map_or(head.len(), |i| scheme_end + i);
+    let mut url = format!("{}/{db}", &head[..authority_end]);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+async fn server_store(kind: Kind) -> (Store, Cleanup) {
+    let (env, default, admin_db, what) = match kind {
+        Kind::Postgres => (PG_ENV, PG_DEFAULT, Some("postgres"), "PostgreSQL"),
+        Kind::MySql => (MYSQL_ENV, MYSQL_DEFAULT, None, "MySQL/MariaDB"),
+        Kind::Sqlite => unreachable!("SQLite needs no server"),
+    };
+    let base = std::env::var(env).unwrap_or_else(|_| default.to_owned());
+    let admin_url = match admin_db {
+        Some(db) => with_database(&base, db),
+        None => base.clone(),
+    };
+    let admin = Store::connect(&admin_url).await.unwrap_or_else(|e| {
+        panic!(
+            "{what} test server unreachable at {} (set {env} to point elsewhere): {e:?}",
+            redact(&admin_url)
+        )
+    });
+    let name = random_name();
+    admin
+        .connection()
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap_or_else(|e| panic!("cannot create test database {name} on {what}: {e:?}"));
+    let url = with_database(&base, &name);
+    let store = Store::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {} : {e:?}", redact(&url)));
+    (store, Cleanup::Database { admin, name, kind })
+}
+
+async fn sqlite_store() -> (Store, Cleanup) {
+    // A directory that does not exist yet: `connect` must create it.
+    let dir = std::env::temp_dir().join(random_name());
+    let path = dir.join("nested").join("qiwu.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = Store::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open {url}: {e:?}"));
+    (store, Cleanup::Dir(dir))
+}
+
+async fn cleanup(store: Store, cleanup: Cleanup) {
+    // Close our pool first: PostgreSQL refuses to drop a database in use.
+    let _ = store.connection().close_by_ref().await;
+    drop(store);
+    match cleanup {
+        Cleanup::Dir(dir) => {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        Cleanup::Database { admin, name, kind } => {
+            let sql = match kind {
+                Kind::Postgres => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                _ => format!("DROP DATABASE IF EXISTS {name}"),
+            };
+            if let Err(e) = admin.connection().execute_unprepared(&sql).await {
+                eprintln!("warning: could not drop test database {name}: {e}");
+            }
+            let _ = admin.connection().close_by_ref().await;
+        }
+    }
+}
+
+/// Opens a fresh migrated database of `kind`, runs the scenario, cleans up
+/// (also when the scenario panics), then re-raises any failure.
+async fn run<F, Fut>(kind: Kind, scenario: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (store, guard) = match kind {
+        Kind::Sqlite => sqlite_store().await,
+        Kind::Postgres | Kind::MySql => server_store(kind).await,
+    };
+    let migrated = store.migrate().await;
+    let outcome = match migrated {
+        Ok(()) => tokio::spawn(scenario(store.clone())).await,
+        Err(e) => {
+            cleanup(store, guard).await;
+            panic!("migration failed on {kind:?}: {e:?}");
+        }
+    };
+    cleanup(store, guard).await;
+    if let Err(e) = outcome {
+        match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("scenario did not finish: {e}"),
+        }
+    }
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::run(super::Kind::Sqlite, super::$name).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::run(super::Kind::Postgres, super::$name).await;
+                }
+            )*
+        }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::run(super::Kind::MySql, super::$name).await;
+                }
+            )*
+        }
+    };
+}
+
+scenarios!(
+    migrate_twice_is_idempotent_and_seeds_groups,
+    every_entity_round_trips,
+    job_create_get_round_trip,
+    job_name_taken,
+    job_list_filters_and_paging,
+    job_update_bumps_version,
+    job_update_stale_version,
+    job_update_to_taken_name,
+    job_update_missing,
+    job_concurrent_updates_one_wins,
+    job_concurrent_creates_one_wins,
+    job_set_enabled,
+    job_delete_and_delete_many,
+    job_corrupt_params,
+    groups_create_duplicate_delete_list,
+    seed_marked_once,
+);
+
+// ---------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------
+
+fn at(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap()
+}
+
+/// A time with sub-millisecond digits, which storage must drop.
+fn now() -> DateTime<Utc> {
+    Utc.timestamp_opt(1_764_000_000, 123_456_789).single().unwrap()
+}
+
+fn new_job(name: &str) -> NewJob {
+    NewJob {
+        name: name.to_owned(),
+        group: "default".to_owned(),
+        handler: "demo.echo".to_owned(),
+        params: json!({"message": "hello", "delayMs": 0}),
+        cron: "0 0 * * * *".to_owned(),
+        timezone: None,
+        enabled: true,
+        retry_count: 0,
+        retry_interval_ms: 1000,
+        timeout_ms: 60_000,
+        allow_concurrent: false,
+        misfire_policy: "skip".to_owned(),
+        remark: String::new(),
+        builtin_key: None,
+    }
+}
+
+fn assert_matches_input(rec: &JobRecord, job: &NewJob) {
+    assert_eq!(rec.name, job.name);
+    assert_eq!(rec.group, job.group);
+    assert_eq!(rec.handler, job.handler);
+    assert_eq!(rec.params, job.params);
+    assert_eq!(rec.cron, job.cron);
+    assert_eq!(rec.timezone, job.timezone);
+    assert_eq!(rec.enabled, job.enabled);
+    assert_eq!(rec.retry_count, job.retry_count);
+    assert_eq!(rec.retry_interval_ms, job.retry_interval_ms);
+    assert_eq!(rec.timeout_ms, job.timeout_ms);
+    assert_eq!(rec.allow_concurrent, job.allow_concurrent);
+    assert_eq!(rec.misfire_policy, job.misfire_policy);
+    assert_eq!(rec.remark, job.remark);
+}
+
+fn names(items: &[JobRecord]) -> Vec<&str> {
+    items.iter().map(|j| j.name.as_str()).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios
+// ---------------------------------------------------------------------------
+
+async fn migrate_twice_is_idempotent_and_seeds_groups(store: Store) {
+    // The harness migrated once already.
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    store.ping().await.unwrap();
+
+    let expected = vec![
+        GroupRecord {
+            code: "default".into(),
+            label_zh: "默认".into(),
+            label_en: "Default".into(),
+            builtin: true,
+        },
+        GroupRecord {
+            code: "system".into(),
+            label_zh: "系统".into(),
+            label_en: "System".into(),
+            builtin: true,
+        },
+    ];
+    assert_eq!(store.groups().list().await.unwrap(), expected);
+    let (jobs, total) = store.jobs().list(&JobFilter::default(), 1, 20).await.unwrap();
+    assert!(jobs.is_empty());
+    assert_eq!(total, 0);
+
+    let backend = store.backend();
+    let expected_backend = match store.connection().get_database_backend() {
+        sea_orm::DbBackend::Sqlite => Backend::Sqlite,
+        sea_orm::DbBackend::Postgres => Backend::Postgres,
+        _ => Backend::MySql,
+    };
+    assert_eq!(backend, expected_backend);
+}
+
+/// Every entity reads back what it wrote, so entity and schema agree on every
+/// backend; the ledger's unique keys reject duplicates.
+async fn every_entity_round_trips(store: Store) {
+    let db = store.connection();
+    let ms = 4_102_444_800_123; // 2100-01-01, past MySQL TIMESTAMP's 2038 limit
+
+    let m = job_group::Model {
+        code: "grp".into(),
+        label_zh: "组".into(),
+        label_en: "Group".into(),
+        builtin: false,
+        created_at: ms,
+    };
+    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    assert_eq!(got, m);
+
+    let m = job::Model {
+        id: 0,
+        name: "entity job".into(),
+        group_code: "grp".into(),
+        handler: "demo.echo".into(),
+        params: "{}".into(),
+        cron: "0 * * * * *".into(),
+        timezone: Some("Europe/Paris".into()),
+        enabled: true,
+        retry_count: 10,
+        retry_interval_ms: 3_600_000,
+        timeout_ms: 86_400_000,
+        allow_concurrent: true,
+        misfire_policy: "run_once".into(),
+        remark: "r".repeat(500),
+        version: i64::MAX,
+        builtin_key: Some("k".repeat(160)),
+        created_at: ms,
+        created_by: "u".repeat(128),
+        updated_at: -1,
+        updated_by: "v".into(),
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.insert(db).await.unwrap();
+    assert_eq!(got, job::Model { id: got.id, ..m });
+
+    let m = fire::Model {
+        id: 0,
+        job_id: got.id,
+        trigger: "schedule".into(),
+        scheduled_at: ms,
+        state: "pending".into(),
+        claimed_by: None,
+        claimed_at: None,
+        created_at: ms,
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let fire_row = am.clone().insert(db).await.unwrap();
+    assert_eq!(fire_row, fire::Model { id: fire_row.id, ..m.clone() });
+    // Exactly-once ledger: the same (job, trigger, time) cannot be recorded twice.
+    let dup = am.clone().insert(db).await.unwrap_err();
+    assert!(
+        matches!(dup.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))),
+        "{dup:?}"
+    );
+    let mut manual = am;
+    manual.trigger = sea_orm::Set("manual".into());
+    manual.insert(db).await.unwrap();
+
+    let m = run::Model {
+        id: 0,
+        fire_id: fire_row.id,
+        job_id: fire_row.job_id,
+        job_name: "任".repeat(64),
+        handler: "demo.echo".into(),
+        trigger: "schedule".into(),
+        scheduled_at: ms,
+        attempt: 1,
+        status: "success".into(),
+        started_at: ms,
+        finished_at: Some(ms + 5),
+        duration_ms: Some(5),
+        instance: "host-1".into(),
+        output: "日志\n".repeat(4000),
+        error: String::new(),
+        deleted_at: None,
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.clone().insert(db).await.unwrap();
+    assert_eq!(got, run::Model { id: got.id, ..m });
+    let dup = am.insert(db).await.unwrap_err();
+    assert!(
+        matches!(dup.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))),
+        "{dup:?}"
+    );
+
+    let m = audit_log::Model {
+        id: 0,
+        at: ms,
+        actor: "admin".into(),
+        action: "job.update".into(),
+        target_type: "job".into(),
+        target_id: Some("42".into()),
+        summary: "改名".into(),
+        before_json: Some(r#"{"name":"a"}"#.into()),
+        after_json: None,
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.insert(db).await.unwrap();
+    assert_eq!(got, audit_log::Model { id: got.id, ..m });
+
+    let m = notification_template::Model {
+        code: "scheduler.timeout_alert".into(),
+        title_zh: "任务超时：{job}".into(),
+        body_zh: "处理器 {handler}".into(),
+        title_en: "Job timed out: {job}".into(),
+        body_en: "Handler {handler}".into(),
+        updated_at: ms,
+        updated_by: "system".into(),
+    };
+    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    assert_eq!(got, m);
+
+    let m = notification::Model {
+        id: 0,
+        recipient: "admin".into(),
+        template_code: "scheduler.timeout_alert".into(),
+        title: "t".into(),
+        body: "b".into(),
+        created_at: ms,
+        read_at: Some(ms),
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.insert(db).await.unwrap();
+    assert_eq!(got, notification::Model { id: got.id, ..m });
+
+    let m = outbox::Model {
+        id: 0,
+        notification_id: got.id,
+        payload: r#"{"a":1}"#.into(),
+        status: "pending".into(),
+        attempts: 0,
+        next_attempt_at: ms,
+        last_error: None,
+        created_at: ms,
+        sent_at: None,
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.insert(db).await.unwrap();
+    assert_eq!(got, outbox::Model { id: got.id, ..m });
+
+    let m = setting::Model {
+        key: "audit.retention_days".into(),
+        value: "180".into(),
+        updated_at: ms,
+        updated_by: "admin".into(),
+    };
+    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    assert_eq!(got, m);
+
+    let m = api_key::Model {
+        id: 0,
+        name: "wf service".into(),
+        prefix: "qk_abcdef".into(),
+        secret_hash: "h".repeat(128),
+        perms: r#"["scheduler.task.run"]"#.into(),
+        created_at: ms,
+        created_by: "admin".into(),
+        revoked_at: None,
+        last_used_at: Some(ms),
+    };
+    let mut am = m.clone().into_active_model().reset_all();
+    am.id = NotSet;
+    let got = am.clone().insert(db).await.unwrap();
+    assert_eq!(got, api_key::Model { id: got.id, ..m });
+    let dup = am.insert(db).await.unwrap_err();
+    assert!(
+        matches!(dup.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))),
+        "{dup:?}"
+    );
+
+    let m = seed_marker::Model {
+        key: "k".repeat(160),
+        applied_at: ms,
+    };
+    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    assert_eq!(got, m);
+
+    let m = instance::Model {
+        id: "host-1:4242".into(),
+        role: "worker".into(),
+        timezone: "Asia/Shanghai".into(),
+        started_at: ms,
+        heartbeat_at: ms,
+    };
+    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    assert_eq!(got, m);
+    assert_eq!(instance::Entity::find().all(db).await.unwrap(), vec![m]);
+}
+
+async fn job_create_get_round_trip(store: Store) {
+    let jobs = store.jobs();
+    let mut input = new_job("清理过期日志 — Ünïcødé ✓");
+    input.group = "system".into();
+    input.handler = "audit.purge".into();
+    input.params = json!({
+        "message": "héllo \"quoted\" \\ back",
+        "delayMs": 600_000,
+        "nested": {"list": [1, 2.5, null, true, "任务"], "empty": {}},
+    });
+    input.cron = "0 30 3 * * *".into();
+    input.enabled = false;
+    input.retry_count = 3;
+    input.retry_interval_ms = 2500;
+    input.timeout_ms = 600_000;
+    input.allow_concurrent = true;
+    input.misfire_policy = "run_once".into();
+    input.remark = "line 1\nline 2 'single' \"double\" 备注".into();
+    input.builtin_key = Some("audit.purge:清理过期日志".into());
+
+    let created = jobs.create(&input, "alice", now()).await.unwrap();
+    assert!(created.id > 0);
+    assert_matches_input(&created, &input);
+    assert_eq!(created.timezone, None);
+    assert_eq!(created.version, 1);
+    assert_eq!(created.builtin_key, input.builtin_key);
+    assert_eq!(created.created_at, truncate_to_millis(now()));
+    assert_eq!(created.updated_at, truncate_to_millis(now()));
+    assert_eq!(created.created_by, "alice");
+    assert_eq!(created.updated_by, "alice");
+
+    let fetched = jobs.get(created.id).await.unwrap().unwrap();
+    assert_eq!(fetched, created);
+    assert_eq!(
+        jobs.find_by_builtin_key("audit.purge:清理过期日志").await.unwrap(),
+        Some(created.clone())
+    );
+    assert_eq!(jobs.find_by_builtin_key("audit.purge").await.unwrap(), None);
+    assert_eq!(jobs.get(created.id + 1000).await.unwrap(), None);
+
+    // Maximum lengths: 64 CJK characters fit VARCHAR(64) everywhere; a zone;
+    // a far-future instant; large params.
+    let mut long = new_job(&"任".repeat(64));
+    long.timezone = Some("America/Argentina/ComodRivadavia".into());
+    long.params = json!({"message": "x".repeat(3900)});
+    long.remark = "备".repeat(500);
+    let later = at(4_102_444_800_999);
+    let created = jobs.create(&long, "bob", later).await.unwrap();
+    assert_matches_input(&created, &long);
+    assert_eq!(created.created_at, later);
+    assert_eq!(created.builtin_key, None);
+    assert_eq!(jobs.get(created.id).await.unwrap().unwrap(), created);
+
+    assert_eq!(jobs.count_in_group("system").await.unwrap(), 1);
+    assert_eq!(jobs.count_in_group("default").await.unwrap(), 1);
+    assert_eq!(jobs.count_in_group("none").await.unwrap(), 0);
+}
+
+async fn job_name_taken(store: Store) {
+    let jobs = store.jobs();
+    jobs.create(&new_job("Abc"), "u", now()).await.unwrap();
+    // Case and accents make different names on every backend.
+    jobs.create(&new_job("abc"), "u", now()).await.unwrap();
+    jobs.create(&new_job("ABC"), "u", now()).await.unwrap();
+    jobs.create(&new_job("Ábc"), "u", now()).await.unwrap();
+    let err = jobs.create(&new_job("Abc"), "u", now()).await.unwrap_err();
+    assert!(matches!(err, StorageError::NameTaken), "{err:?}");
+    let err = jobs.create(&new_job("abc"), "u", now()).await.unwrap_err();
+    assert!(matches!(err, StorageError::NameTaken), "{err:?}");
+
+    // A second job with the same built-in key is a different conflict.
+    let mut a = new_job("builtin one");
+    a.builtin_key = Some("demo.echo:示例".into());
+    jobs.create(&a, "u", now()).await.unwrap();
+    let mut b = new_job("builtin two");
+    b.builtin_key = a.builtin_key.clone();
+    let err = jobs.create(&b, "u", now()).await.unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists), "{err:?}");
+
+    let (_, total) = jobs.list(&JobFilter::default(), 1, 100).await.unwrap();
+    assert_eq!(total, 5);
+}
+
+async fn job_list_filters_and_paging(store: Store) {
+    let jobs = store.jobs();
+    let specs: [(&str, &str, &str, bool); 9] = [
+        ("Alpha_1", "default", "demo.echo", true),
+        ("alpha%2", "system", "audit.purge", false),
+        ("Beta", "default", "demo.echo", false),
+        ("ALPHAX", "system", "demo.echo", true),
+        ("100% done", "default", "notify.dispatch", true),
+        ("under_score", "default", "demo.echo", true),
+        ("Ba-1", "system", "demo.echo", true),
+        ("Bang!", "default", "audit.purge", true),
+        ("任务一", "default", "demo.echo", true),
+    ];
+    let mut ids = Vec::new();
+    for (name, group, handler, enabled) in specs {
+        let mut j = new_job(name);
+        j.group = group.into();
+        j.handler = handler.into();
+        j.enabled = enabled;
+        ids.push(jobs.create(&j, "u", now()).await.unwrap().id);
+    }
+
+    let list = |filter: JobFilter| {
+        let jobs = store.jobs();
+        async move { jobs.list(&filter, 1, 100).await.unwrap() }
+    };
+    let by_name = |n: &str| JobFilter {
+        name: Some(n.into()),
+        ..JobFilter::default()
+    };
+
+    // No filter: everything, by id.
+    let (all, total) = list(JobFilter::default()).await;
+    assert_eq!(total, 9);
+    assert_eq!(all.iter().map(|j| j.id).collect::<Vec<_>>(), ids);
+
+    // Name: case-insensitive substring.
+    let (items, total) = list(by_name("alpha")).await;
+    assert_eq!(names(&items), ["Alpha_1", "alpha%2", "ALPHAX"]);
+    assert_eq!(total, 3);
+    let (items, _) = list(by_name("ALPHA_")).await;
+    assert_eq!(names(&items), ["Alpha_1"]);
+    // `%` and `_` are literal, not wildcards.
+    let (items, _) = list(by_name("%")).await;
+    assert_eq!(names(&items), ["alpha%2", "100% done"]);
+    let (items, _) = list(by_name("_")).await;
+    assert_eq!(names(&items), ["Alpha_1", "under_score"]);
+    let (items, _) = list(by_name("a_1")).await;
+    assert_eq!(names(&items), ["Alpha_1"]);
+    let (items, _) = list(by_name("!")).await;
+    assert_eq!(names(&items), ["Bang!"]);
+    let (items, _) = list(by_name("任务")).await;
+    assert_eq!(names(&items), ["任务一"]);
+    let (items, total) = list(by_name("zzz")).await;
+    assert!(items.is_empty());
+    assert_eq!(total, 0);
+
+    // Group, handler, enabled: exact (and case-sensitive on every backend).
+    let (items, _) = list(JobFilter {
+        group: Some("system".into()),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(names(&items), ["alpha%2", "ALPHAX", "Ba-1"]);
+    let (items, total) = list(JobFilter {
+        group: Some("SYSTEM".into()),
+        ..JobFilter::default()
+    })
+    .await;
+    assert!(items.is_empty());
+    assert_eq!(total, 0);
+    let (items, _) = list(JobFilter {
+        handler: Some("audit.purge".into()),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(names(&items), ["alpha%2", "Bang!"]);
+    let (items, _) = list(JobFilter {
+        handler: Some("audit".into()),
+        ..JobFilter::default()
+    })
+    .await;
+    assert!(items.is_empty());
+    let (items, _) = list(JobFilter {
+        enabled: Some(false),
+        ..JobFilter::default()
+    })
+    .await;
+    assert_eq!(names(&items), ["alpha%2", "Beta"]);
+
+    // Combined.
+    let (items, total) = list(JobFilter {
+        name: Some("A".into()),
+        group: Some("default".into()),
+        handler: Some("demo.echo".into()),
+        enabled: Some(true),
+    })
+    .await;
+    assert_eq!(names(&items), ["Alpha_1"]);
+    assert_eq!(total, 1);
+
+    // Paging: 1-based, total independent of the page.
+    let all_names = names(&all);
+    let mut seen = Vec::new();
+    for page in 1..=5 {
+        let (items, total) = jobs.list(&JobFilter::default(), page, 2).await.unwrap();
+        assert_eq!(total, 9);
+        assert_eq!(items.len(), if page < 5 { 2 } else { 1 }, "page {page}");
+        seen.extend(items.into_iter().map(|j| j.name));
+    }
+    assert_eq!(seen, all_names);
+    let (items, total) = jobs.list(&JobFilter::default(), 6, 2).await.unwrap();
+    assert!(items.is_empty());
+    assert_eq!(total, 9);
+    // Page 0 reads as page 1; a page far away is just empty.
+    let (items, _) = jobs.list(&JobFilter::default(), 0, 2).await.unwrap();
+    assert_eq!(names(&items), ["Alpha_1", "alpha%2"]);
+    let (items, total) = jobs.list(&JobFilter::default(), u64::MAX, 50).await.unwrap();
+    assert!(items.is_empty());
+    assert_eq!(total, 9);
+    let (items, total) = jobs.list(&by_name("a"), 2, 3).await.unwrap();
+    assert_eq!(total, 6);
+    assert_eq!(names(&items), ["ALPHAX", "Ba-1", "Bang!"]);
+}
+
+async fn job_update_bumps_version(store: Store) {
+    let jobs = store.jobs();
+    let mut input = new_job("before");
+    input.builtin_key = Some("demo.echo:before".into());
+    let created = jobs.create(&input, "alice", now()).await.unwrap();
+
+    let mut changed = new_job("after");
+    changed.group = "system".into();
+    changed.handler = "audit.purge".into();
+    changed.params = json!({"days": 30});
+    changed.cron = "*/5 * * * *".into();
+    changed.timezone = Some("Asia/Shanghai".into());
+    changed.enabled = false;
+    changed.retry_count = 2;
+    changed.retry_interval_ms = 10;
+    changed.timeout_ms = 0;
+    changed.allow_concurrent = true;
+    changed.misfire_policy = "run_once".into();
+    changed.remark = "edited".into();
+    // Ignored by update.
+    changed.builtin_key = Some("something else".into());
+    let later = at(1_800_000_000_000);
+
+    let updated = jobs
+        .update(created.id, 1, &changed, "bob", later)
+        .await
+        .unwrap();
+    assert_matches_input(&updated, &changed);
+    assert_eq!(updated.id, created.id);
+    assert_eq!(updated.version, 2);
+    assert_eq!(updated.builtin_key, created.builtin_key);
+    assert_eq!(updated.created_at, created.created_at);
+    assert_eq!(updated.created_by, "alice");
+    assert_eq!(updated.updated_at, later);
+    assert_eq!(updated.updated_by, "bob");
+    assert_eq!(jobs.get(created.id).await.unwrap().unwrap(), updated);
+
+    // Saving the same values still counts as a change.
+    let again = jobs.update(created.id, 2, &changed, "bob", later).await.unwrap();
+    assert_eq!(again.version, 3);
+    // Keeping its own name is no clash.
+    let renamed_back = jobs.update(created.id, 3, &input, "carol", later).await.unwrap();
+    assert_eq!(renamed_back.name, "before");
+    assert_eq!(renamed_back.version, 4);
+}
+
+async fn job_update_stale_version(store: Store) {
+    let jobs = store.jobs();
+    let created = jobs.create(&new_job("j"), "u", now()).await.unwrap();
+    jobs.update(created.id, 1, &new_job("j2"), "u", now()).await.unwrap();
+
+    let err = jobs
+        .update(created.id, 1, &new_job("j3"), "u", now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StorageError::StaleVersion { current: 2 }),
+        "{err:?}"
+    );
+    let err = jobs
+        .update(created.id, 7, &new_job("j3"), "u", now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StorageError::StaleVersion { current: 2 }),
+        "{err:?}"
+    );
+    let current = jobs.get(created.id).await.unwrap().unwrap();
+    assert_eq!(current.name, "j2");
+    assert_eq!(current.version, 2);
+}
+
+async fn job_update_to_taken_name(store: Store) {
+    let jobs = store.jobs();
+    jobs.create(&new_job("taken"), "u", now()).await.unwrap();
+    let other = jobs.create(&new_job("other"), "u", now()).await.unwrap();
+
+    let err = jobs
+        .update(other.id, 1, &new_job("taken"), "u", now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::NameTaken), "{err:?}");
+    // Nothing changed, and the job is still usable afterwards.
+    assert_eq!(jobs.get(other.id).await.unwrap().unwrap(), other);
+    let updated = jobs
+        .update(other.id, 1, &new_job("TAKEN"), "u", now())
+        .await
+        .unwrap();
+    assert_eq!(updated.name, "TAKEN");
+    assert_eq!(updated.version, 2);
+}
+
+async fn job_update_missing(store: Store) {
+    let jobs = store.jobs();
+    let err = jobs
+        .update(424_242, 1, &new_job("ghost"), "u", now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::NotFound), "{err:?}");
+    let created = jobs.create(&new_job("gone"), "u", now()).await.unwrap();
+    jobs.delete(created.id).await.unwrap();
+    let err = jobs
+        .update(created.id, 1, &new_job("gone"), "u", now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::NotFound), "{err:?}");
+    let err = jobs
+        .set_enabled(created.id, false, None, "u", now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::NotFound), "{err:?}");
+}
+
+/// Two administrators saving the same version: exactly one wins.
+async fn job_concurrent_updates_one_wins(store: Store) {
+    let created = store.jobs().create(&new_job("race"), "u", now()).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut j = new_job("race");
+            j.remark = format!("writer {i}");
+            store.jobs().update(created.id, 1, &j, "u", now()).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(rec) => {
+                assert_eq!(rec.version, 2);
+                wins += 1;
+            }
+            Err(StorageError::StaleVersion { current: 2 }) => {}
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(store.jobs().get(created.id).await.unwrap().unwrap().version, 2);
+}
+
+async fn job_concurrent_creates_one_wins(store: Store) {
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.jobs().create(&new_job("same"), "u", now()).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => wins += 1,
+            Err(StorageError::NameTaken) => {}
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+async fn job_set_enabled(store: Store) {
+    let jobs = store.jobs();
+    let created = jobs.create(&new_job("toggle"), "alice", now()).await.unwrap();
+    assert!(created.enabled);
+    let later = at(1_800_000_000_000);
+
+    // Same value: nothing changes, not even the version.
+    let same = jobs.set_enabled(created.id, true, None, "bob", later).await.unwrap();
+    assert_eq!(same, created);
+    let same = jobs.set_enabled(created.id, true, Some(1), "bob", later).await.unwrap();
+    assert_eq!(same, created);
+
+    // Change: version and updated_* move, the rest stays.
+    let off = jobs.set_enabled(created.id, false, Some(1), "bob", later).await.unwrap();
+    assert!(!off.enabled);
+    assert_eq!(off.version, 2);
+    assert_eq!(off.updated_at, later);
+    assert_eq!(off.updated_by, "bob");
+    assert_eq!(off.created_at, created.created_at);
+    assert_eq!(off.created_by, "alice");
+    assert_eq!(off.name, created.name);
+    assert_eq!(off.params, created.params);
+    assert_eq!(jobs.get(created.id).await.unwrap().unwrap(), off);
+
+    // Stale version, whether or not the value would change.
+    let err = jobs
+        .set_enabled(created.id, true, Some(1), "carol", later)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::StaleVersion { current: 2 }), "{err:?}");
+    let err = jobs
+        .set_enabled(created.id, false, Some(1), "carol", later)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::StaleVersion { current: 2 }), "{err:?}");
+
+    let on = jobs.set_enabled(created.id, true, None, "carol", later).await.unwrap();
+    assert!(on.enabled);
+    assert_eq!(on.version, 3);
+    assert_eq!(on.updated_by, "carol");
+
+    let err = jobs
+        .set_enabled(999_999, true, Some(1), "carol", later)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StorageError::NotFound), "{err:?}");
+}
+
+async fn job_delete_and_delete_many(store: Store) {
+    let jobs = store.jobs();
+    let a = jobs.create(&new_job("a"), "u", now()).await.unwrap();
+    let b = jobs.create(&new_job("b"), "u", now()).await.unwrap();
+    let c = jobs.create(&new_job("c"), "u", now()).await.unwrap();
+    let d = jobs.create(&new_job("d"), "u", now()).await.unwrap();
+
+    assert_eq!(jobs.delete(a.id).await.unwrap(), Some(a.clone()));
+    assert_eq!(jobs.delete(a.id).await.unwrap(), None);
+    assert_eq!(jobs.get(a.id).await.unwrap(), None);
+
+    let deleted = jobs
+        .delete_many(&[c.id, 987_654, b.id, c.id, a.id])
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![b.clone(), c.clone()]);
+    assert_eq!(jobs.delete_many(&[]).await.unwrap(), vec![]);
+    assert_eq!(jobs.delete_many(&[b.id, c.id]).await.unwrap(), vec![]);
+
+    let (left, total) = jobs.list(&JobFilter::default(), 1, 10).await.unwrap();
+    assert_eq!(left, vec![d.clone()]);
+    assert_eq!(total, 1);
+
+    // The name is free again.
+    let again = jobs.create(&new_job("a"), "u", now()).await.unwrap();
+    assert!(again.id > d.id);
+
+    // Many ids in one call (more than one IN chunk).
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        ids.push(jobs.create(&new_job(&format!("bulk {i}")), "u", now()).await.unwrap().id);
+    }
+    let mut wanted: Vec<i64> = ids.clone();
+    wanted.extend(1_000_000..1_001_000);
+    let deleted = jobs.delete_many(&wanted).await.unwrap();
+    assert_eq!(deleted.iter().map(|j| j.id).collect::<Vec<_>>(), ids);
+    let (_, total) = jobs.list(&JobFilter::default(), 1, 10).await.unwrap();
+    assert_eq!(total, 2);
+}
+
+async fn job_corrupt_params(store: Store) {
+    let jobs = store.jobs();
+    let created = jobs.create(&new_job("broken"), "u", now()).await.unwrap();
+    job::Entity::update_many()
+        .col_expr(job::Column::Params, sea_orm::sea_query::Expr::val("{not json"))
+        .filter(job::Column::Id.eq(created.id))
+        .exec(store.connection())
+        .await
+        .unwrap();
+    let err = jobs.get(created.id).await.unwrap_err();
+    assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+    let err = jobs.list(&JobFilter::default(), 1, 10).await.unwrap_err();
+    assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+    // A failed batch deletes nothing.
+    let err = jobs.delete_many(&[created.id]).await.unwrap_err();
+    assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+    let (_, total) = jobs.list(&JobFilter { name: Some("zzz".into()), ..Default::default() }, 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(total, 0);
+    assert_eq!(jobs.count_in_group("default").await.unwrap(), 1);
+}
+
+async fn groups_create_duplicate_delete_list(store: Store) {
+    let groups = store.groups();
+    let ops = groups.create("ops", "运维", "Operations", now()).await.unwrap();
+    assert_eq!(
+        ops,
+        GroupRecord {
+            code: "ops".into(),
+            label_zh: "运维".into(),
+            label_en: "Operations".into(),
+            builtin: false,
+        }
+    );
+    assert_eq!(groups.get("ops").await.unwrap(), Some(ops.clone()));
+    assert_eq!(groups.get("nope").await.unwrap(), None);
+
+    let err = groups.create("ops", "x", "y", now()).await.unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists), "{err:?}");
+    let err = groups.create("default", "x", "y", now()).await.unwrap_err();
+    assert!(matches!(err, StorageError::AlreadyExists), "{err:?}");
+    // Codes are case-sensitive on every backend.
+    groups.create("OPS", "运维2", "Ops 2", now()).await.unwrap();
+    groups.create("zeta", "z", "Zeta", now()).await.unwrap();
+    groups.create("aa", "a", "AA", now()).await.unwrap();
+
+    let codes: Vec<String> = groups.list().await.unwrap().into_iter().map(|g| g.code).collect();
+    assert_eq!(codes, ["default", "system", "OPS", "aa", "ops", "zeta"]);
+    let builtin: Vec<bool> = groups.list().await.unwrap().into_iter().map(|g| g.builtin).collect();
+    assert_eq!(builtin, [true, true, false, false, false, false]);
+
+    assert!(groups.delete("ops").await.unwrap());
+    assert!(!groups.delete("ops").await.unwrap());
+    assert_eq!(groups.get("ops").await.unwrap(), None);
+    assert!(groups.get("OPS").await.unwrap().is_some());
+    // Re-creating after delete works.
+    groups.create("ops", "运维", "Operations", now()).await.unwrap();
+}
+
+async fn seed_marked_once(store: Store) {
+    let t = now();
+    assert!(store.mark_seed_once("builtin-jobs:v1", t).await.unwrap());
+    assert!(!store.mark_seed_once("builtin-jobs:v1", t).await.unwrap());
+    assert!(store.mark_seed_once("builtin-jobs:V1", t).await.unwrap());
+    assert!(store.mark_seed_once("templates:v1", t).await.unwrap());
+
+    // Concurrent starters: exactly one applies the seed.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.mark_seed_once("race", now()).await.unwrap()
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            applied += 1;
+        }
+    }
+    assert_eq!(applied, 1);
+    let markers = seed_marker::Entity::find().all(store.connection()).await.unwrap();
+    assert_eq!(markers.len(), 4);
+}
+
+#[test]
+fn url_helpers() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://p@h:5432/", "x"),
+        "postgres://p@h:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://p@h/old?sslmode=disable", "x"),
+        "postgres://p@h/x?sslmode=disable"
+    );
+    assert_eq!(redact("mysql://root:secret@h:3306"), "mysql://root:***@h:3306");
+    assert_eq!(redact("mysql://root@h:3306"), "mysql://root@h:3306");
+}

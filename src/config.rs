@@ -1,0 +1,208 @@
+//! Configuration from the environment (SPEC §2), each bad value reported
+//! with the variable that holds it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use chrono_tz::Tz;
+
+/// Where `serve` keeps its files when nothing else is configured.
+pub const DATA_DIR: &str = "data";
+const SECRET_FILE: &str = "jwt-secret";
+const MIN_SECRET_LEN: usize = 16;
+
+/// Settings shared by every subcommand.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    /// True when the database URL came from the default.
+    pub database_is_default: bool,
+    pub redis_url: Option<String>,
+    pub jwt_secret: Option<String>,
+    pub timezone: Tz,
+    pub instance_id: String,
+}
+
+fn var(name: &str) -> anyhow::Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v.trim().to_string())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("{name} is not valid UTF-8"),
+    }
+}
+
+impl Config {
+    pub fn from_env() -> anyhow::Result<Config> {
+        let listen = match var("QIWU_LISTEN")? {
+            Some(v) => v.parse::<SocketAddr>().with_context(|| {
+                format!("QIWU_LISTEN={v:?} is not an address such as 127.0.0.1:8080")
+            })?,
+            None => SocketAddr::from(([127, 0, 0, 1], 8080)),
+        };
+        let (database_url, database_is_default) = match var("QIWU_DATABASE_URL")? {
+            Some(v) => {
+                if ![
+                    "sqlite:",
+                    "postgres://",
+                    "postgresql://",
+                    "mysql://",
+                    "mariadb://",
+                ]
+                .iter()
+                .any(|p| v.starts_with(p))
+                {
+                    bail!(
+                        "QIWU_DATABASE_URL must start with sqlite:, postgres://, postgresql:// or mysql://"
+                    );
+                }
+                (v.replacen("mariadb://", "mysql://", 1), false)
+            }
+            None => (format!("sqlite://{DATA_DIR}/qiwu.db"), true),
+        };
+        let redis_url = var("QIWU_REDIS_URL")?;
+        if let Some(url) = &redis_url
+            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+        {
+            bail!("QIWU_REDIS_URL must start with redis:// or rediss://");
+        }
+        let jwt_secret = var("QIWU_JWT_SECRET")?;
+        if let Some(s) = &jwt_secret
+            && s.len() < MIN_SECRET_LEN
+        {
+            bail!("QIWU_JWT_SECRET must have at least {MIN_SECRET_LEN} characters");
+        }
+        let timezone = match var("QIWU_TIMEZONE")? {
+            Some(v) => v.parse::<Tz>().map_err(|_| {
+                anyhow::anyhow!(
+                    "QIWU_TIMEZONE={v:?} is not an IANA time zone such as Asia/Shanghai"
+                )
+            })?,
+            None => system_timezone(),
+        };
+        let instance_id = match var("QIWU_INSTANCE_ID")? {
+            Some(v) if v.len() > 128 => bail!("QIWU_INSTANCE_ID may have at most 128 characters"),
+            Some(v) => v,
+            None => format!("{}-{}", host_name(), std::process::id()),
+        };
+        Ok(Config {
+            listen,
+            database_url,
+            database_is_default,
+            redis_url,
+            jwt_secret,
+            timezone,
+            instance_id,
+        })
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.database_url.starts_with("sqlite:")
+    }
+
+    /// `api` and `worker` share state across processes: they need a server
+    /// database and Redis.
+    pub fn require_cluster(&self, role: &str) -> anyhow::Result<()> {
+        if self.is_sqlite() {
+            bail!(
+                "`qiwu-scheduler {role}` needs PostgreSQL or MySQL/MariaDB: set QIWU_DATABASE_URL to a postgres:// or mysql:// URL (SQLite is for `serve` only)"
+            );
+        }
+        if self.redis_url.is_none() {
+            bail!(
+                "`qiwu-scheduler {role}` needs Redis: set QIWU_REDIS_URL, such as redis://127.0.0.1:6379"
+            );
+        }
+        if self.jwt_secret.is_none() && role == "api" {
+            bail!("`qiwu-scheduler api` needs QIWU_JWT_SECRET, shared by every instance");
+        }
+        Ok(())
+    }
+
+    /// The signing secret: `QIWU_JWT_SECRET`, else one kept in
+    /// `data/jwt-secret` (created with mode 0600 on first use).
+    pub fn jwt_secret_or_file(&self) -> anyhow::Result<String> {
+        if let Some(s) = &self.jwt_secret {
+            return Ok(s.clone());
+        }
+        let path = Path::new(DATA_DIR).join(SECRET_FILE);
+        read_or_create_secret(&path)
+    }
+}
+
+fn read_or_create_secret(path: &PathBuf) -> anyhow::Result<String> {
+    if let Ok(existing) = std::fs::read_to_string(path) {
+        let existing = existing.trim().to_string();
+        if existing.len() >= MIN_SECRET_LEN {
+            return Ok(existing);
+        }
+        bail!(
+            "{} holds a secret shorter than {MIN_SECRET_LEN} characters",
+            path.display()
+        );
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let secret: String = {
+        use rand::Rng;
+        let bytes: [u8; 32] = rand::rng().random();
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    write_private(path, &secret)?;
+    Ok(secret)
+}
+
+#[cfg(unix)]
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(not(unix))]
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The operating system's zone: `TZ`, `/etc/timezone`, or the target of
+/// `/etc/localtime`; UTC when none of them names a zone.
+fn system_timezone() -> Tz {
+    let from_env = std::env::var("TZ")
+        .ok()
+        .map(|s| s.trim_start_matches(':').to_string());
+    let from_file = || {
+        std::fs::read_to_string("/etc/timezone")
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let from_link = || {
+        std::fs::read_link("/etc/localtime").ok().and_then(|p| {
+            let s = p.to_string_lossy().to_string();
+            s.split_once("zoneinfo/").map(|(_, zone)| zone.to_string())
+        })
+    };
+    [from_env, from_file(), from_link()]
+        .into_iter()
+        .flatten()
+        .find_map(|name| name.parse::<Tz>().ok())
+        .unwrap_or(chrono_tz::UTC)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}

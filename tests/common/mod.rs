@@ -1,0 +1,251 @@
+//! Starts the real `qiwu-scheduler` binary for black-box tests: a fresh
+//! working directory and database per server, port 0, tokens minted with
+//! the same secret.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use qiwu_api::{Claims, JwtKeys};
+
+pub const SECRET: &str = "test-secret-0123456789abcdef";
+pub const BIN: &str = env!("CARGO_BIN_EXE_qiwu-scheduler");
+
+/// A unique scratch directory under the target dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let base = std::env::temp_dir().join(format!(
+            "qiwu-test-{tag}-{}-{:x}",
+            std::process::id(),
+            rand_u64()
+        ));
+        std::fs::create_dir_all(&base).expect("create temp dir");
+        TempDir(base)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// A running server; killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    /// Everything the server printed on stdout before it was ready.
+    pub banner: Vec<String>,
+    pub dir: TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Which database a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl Server {
+    /// `serve` on SQLite with the test secret and UTC.
+    pub fn start() -> Server {
+        Server::start_with(Db::Sqlite, &[])
+    }
+
+    pub fn start_with(db: Db, extra_env: &[(&str, &str)]) -> Server {
+        let dir = TempDir::new("server");
+        let url = match db {
+            Db::Sqlite => format!("sqlite://{}/qiwu.db", dir.path().display()),
+            Db::Postgres => fresh_database(db),
+            Db::MySql => fresh_database(db),
+        };
+        let mut env: Vec<(&str, String)> = vec![
+            ("QIWU_LISTEN", "127.0.0.1:0".into()),
+            ("QIWU_DATABASE_URL", url),
+            ("QIWU_JWT_SECRET", SECRET.into()),
+            ("QIWU_TIMEZONE", "UTC".into()),
+        ];
+        for (k, v) in extra_env {
+            env.retain(|(key, _)| key != k);
+            env.push((k, v.to_string()));
+        }
+        Server::spawn(dir, &["serve"], &env, true)
+    }
+
+    /// Spawns the binary in `dir` with exactly `env` (plus PATH).
+    pub fn spawn(dir: TempDir, args: &[&str], env: &[(&str, String)], _: bool) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn qiwu-scheduler");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut banner = Vec::new();
+        let base = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the server printed its URL within 60 s");
+            banner.push(line.clone());
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.trim().to_string();
+            }
+        };
+        // Keep reading the banner lines that follow the URL.
+        while let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            banner.push(line);
+            if banner.iter().any(|l| l.contains("token")) && banner.len() >= 4 {
+                break;
+            }
+        }
+        Server {
+            child,
+            base,
+            banner,
+            dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends SIGTERM and returns the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the server did not exit within 15 s of SIGTERM");
+    }
+}
+
+/// A fresh, empty database on the PostgreSQL or MySQL test server.
+pub fn fresh_database(db: Db) -> String {
+    let name = format!("qiwu_bb_{:x}", rand_u64());
+    match db {
+        Db::Postgres => {
+            let base = std::env::var("QIWU_TEST_POSTGRES_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let status = Command::new("psql")
+                .args([
+                    &format!("{base}/postgres"),
+                    "-qc",
+                    &format!("CREATE DATABASE {name}"),
+                ])
+                .status()
+                .expect("psql must be installed for the PostgreSQL tests");
+            assert!(
+                status.success(),
+                "PostgreSQL at {base} (QIWU_TEST_POSTGRES_URL) is not reachable"
+            );
+            format!("{base}/{name}")
+        }
+        Db::MySql => {
+            let base = std::env::var("QIWU_TEST_MYSQL_URL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+            let status = Command::new("mariadb")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-P",
+                    "3306",
+                    "-u",
+                    "root",
+                    "-e",
+                    &format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"),
+                ])
+                .status()
+                .expect("the mariadb client must be installed for the MySQL tests");
+            assert!(
+                status.success(),
+                "MariaDB at {base} (QIWU_TEST_MYSQL_URL) is not reachable"
+            );
+            format!("{base}/{name}")
+        }
+        Db::Sqlite => unreachable!("SQLite databases are files"),
+    }
+}
+
+/// A token for `sub` with the given permission codes.
+pub fn token(perms: &[&str]) -> String {
+    mint("tester", perms, false, 3600)
+}
+
+pub fn admin_token() -> String {
+    mint("admin", &[], true, 3600)
+}
+
+pub fn mint(sub: &str, perms: &[&str], super_admin: bool, ttl: i64) -> String {
+    JwtKeys::from_secret(SECRET.as_bytes())
+        .expect("keys")
+        .mint(&Claims {
+            sub: sub.into(),
+            name: sub.into(),
+            perms: perms.iter().map(|p| p.to_string()).collect(),
+            super_admin,
+            exp: chrono::Utc::now().timestamp() + ttl,
+        })
+        .expect("mint")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client")
+}

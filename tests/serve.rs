@@ -1,0 +1,135 @@
+//! Black-box tests of start-up: the zero-configuration default, bad
+//! configuration, and a clean exit on SIGTERM.
+
+mod common;
+
+use std::process::Command;
+
+use common::{BIN, Server, TempDir, client};
+use reqwest::StatusCode;
+
+#[tokio::test]
+async fn serve_with_no_configuration() {
+    let dir = TempDir::new("zero-config");
+    // Only the port is set, so that parallel tests do not fight over 8080.
+    let server = Server::spawn(dir, &[], &[("QIWU_LISTEN", "127.0.0.1:0".into())], true);
+    let secret = server.dir.path().join("data/jwt-secret");
+    let meta = std::fs::metadata(&secret).expect("data/jwt-secret was created");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    }
+    assert!(server.dir.path().join("data/qiwu.db").exists());
+    let token = server
+        .banner
+        .iter()
+        .find_map(|l| l.split("token (valid 30 days): ").nth(1))
+        .expect("a super-admin token is printed")
+        .trim()
+        .to_string();
+    let resp = client()
+        .get(server.url("/api/handlers"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let status = server.terminate();
+    assert!(status.success(), "SIGTERM exits 0, got {status}");
+}
+
+#[test]
+fn bad_configuration_names_the_variable() {
+    /// Arguments, environment, and the variable the error must name.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 7] = [
+        (&["serve"], &[("QIWU_LISTEN", "nowhere")], "QIWU_LISTEN"),
+        (
+            &["serve"],
+            &[("QIWU_TIMEZONE", "Mars/Base")],
+            "QIWU_TIMEZONE",
+        ),
+        (
+            &["serve"],
+            &[("QIWU_DATABASE_URL", "oracle://x")],
+            "QIWU_DATABASE_URL",
+        ),
+        (
+            &["serve"],
+            &[("QIWU_JWT_SECRET", "short")],
+            "QIWU_JWT_SECRET",
+        ),
+        (
+            &["serve"],
+            &[("QIWU_REDIS_URL", "http://x")],
+            "QIWU_REDIS_URL",
+        ),
+        (
+            &["api"],
+            &[("QIWU_REDIS_URL", "redis://127.0.0.1:6379")],
+            "QIWU_DATABASE_URL",
+        ),
+        (
+            &["worker"],
+            &[("QIWU_DATABASE_URL", "postgres://postgres@127.0.0.1/x")],
+            "QIWU_REDIS_URL",
+        ),
+    ];
+    for (args, env, variable) in cases {
+        let dir = TempDir::new("bad-config");
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("QIWU_LISTEN", "127.0.0.1:0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run");
+        assert!(
+            !out.status.success(),
+            "{args:?} {env:?} must refuse to start"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(variable), "{args:?} {env:?}: {stderr}");
+    }
+}
+
+#[test]
+fn token_command_mints_a_working_token() {
+    let dir = TempDir::new("token");
+    let out = Command::new(BIN)
+        .args([
+            "token",
+            "--sub",
+            "svc",
+            "--perm",
+            "scheduler.task.run",
+            "--perm",
+            "scheduler.task.view",
+        ])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("QIWU_JWT_SECRET", common::SECRET)
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout).expect("utf-8");
+    let claims = qiwu_api::JwtKeys::from_secret(common::SECRET.as_bytes())
+        .expect("keys")
+        .verify(token.trim())
+        .expect("valid token");
+    assert_eq!(claims.sub, "svc");
+    assert_eq!(claims.perms, ["scheduler.task.run", "scheduler.task.view"]);
+    assert!(!claims.super_admin);
+
+    let out = Command::new(BIN)
+        .args(["token", "--sub", "svc", "--perm", "scheduler.task.nuke"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("QIWU_JWT_SECRET", common::SECRET)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+}
