@@ -59,12 +59,17 @@ pub struct Server {
     /// Everything the server printed on stdout before it was ready.
     pub banner: Vec<String>,
     pub dir: TempDir,
+    /// A server database created for this server, dropped with it.
+    pub database: Option<(Db, String)>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((db, name)) = self.database.take() {
+            drop_database(db, &name);
+        }
     }
 }
 
@@ -84,10 +89,12 @@ impl Server {
 
     pub fn start_with(db: Db, extra_env: &[(&str, &str)]) -> Server {
         let dir = TempDir::new("server");
-        let url = match db {
-            Db::Sqlite => format!("sqlite://{}/qiwu.db", dir.path().display()),
-            Db::Postgres => fresh_database(db),
-            Db::MySql => fresh_database(db),
+        let (url, database) = match db {
+            Db::Sqlite => (format!("sqlite://{}/qiwu.db", dir.path().display()), None),
+            Db::Postgres | Db::MySql => {
+                let (url, name) = fresh_database(db);
+                (url, Some((db, name)))
+            }
         };
         let mut env: Vec<(&str, String)> = vec![
             ("QIWU_LISTEN", "127.0.0.1:0".into()),
@@ -99,7 +106,9 @@ impl Server {
             env.retain(|(key, _)| key != k);
             env.push((k, v.to_string()));
         }
-        Server::spawn(dir, &["serve"], &env, true)
+        let mut server = Server::spawn(dir, &["serve"], &env, true);
+        server.database = database;
+        server
     }
 
     /// Spawns the binary in `dir` with exactly `env` (plus PATH).
@@ -149,6 +158,7 @@ impl Server {
             base,
             banner,
             dir,
+            database: None,
         }
     }
 
@@ -174,13 +184,44 @@ impl Server {
     }
 }
 
-/// A fresh, empty database on the PostgreSQL or MySQL test server.
-pub fn fresh_database(db: Db) -> String {
+/// Drops a database made by [`fresh_database`]; best effort.
+pub fn drop_database(db: Db, name: &str) {
+    let _ = match db {
+        Db::Postgres => Command::new("psql")
+            .args([
+                &format!("{}/postgres", postgres_base()),
+                "-qc",
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            ])
+            .output(),
+        Db::MySql => Command::new("mariadb")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-P",
+                "3306",
+                "-u",
+                "root",
+                "-e",
+                &format!("DROP DATABASE IF EXISTS {name}"),
+            ])
+            .output(),
+        Db::Sqlite => return,
+    };
+}
+
+fn postgres_base() -> String {
+    std::env::var("QIWU_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// A fresh, empty database on the PostgreSQL or MySQL test server: its URL
+/// and name.
+pub fn fresh_database(db: Db) -> (String, String) {
     let name = format!("qiwu_bb_{:x}", rand_u64());
     match db {
         Db::Postgres => {
-            let base = std::env::var("QIWU_TEST_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let base = postgres_base();
             let status = Command::new("psql")
                 .args([
                     &format!("{base}/postgres"),
@@ -193,7 +234,7 @@ pub fn fresh_database(db: Db) -> String {
                 status.success(),
                 "PostgreSQL at {base} (QIWU_TEST_POSTGRES_URL) is not reachable"
             );
-            format!("{base}/{name}")
+            (format!("{base}/{name}"), name)
         }
         Db::MySql => {
             let base = std::env::var("QIWU_TEST_MYSQL_URL")
@@ -215,7 +256,7 @@ pub fn fresh_database(db: Db) -> String {
                 status.success(),
                 "MariaDB at {base} (QIWU_TEST_MYSQL_URL) is not reachable"
             );
-            format!("{base}/{name}")
+            (format!("{base}/{name}"), name)
         }
         Db::Sqlite => unreachable!("SQLite databases are files"),
     }
