@@ -77,10 +77,13 @@ impl Store {
         if backend == Backend::Sqlite {
             prepare_sqlite(url, &mut opts).await?;
         }
-        let db = Database::connect(opts)
-            .await
-            .map_err(|e| StorageError::Open(e.to_string()))?;
-        Ok(Store { db, backend })
+        match Database::connect(opts).await {
+            Ok(db) => Ok(Store { db, backend }),
+            Err(e) => Err(StorageError::Open(match probe(backend, url).await {
+                Some(cause) => format!("{e} ({cause})"),
+                None => e.to_string(),
+            })),
+        }
     }
 
     /// Applies pending migrations.
@@ -137,6 +140,34 @@ impl Store {
                 ..TransactionOptions::default()
             })
             .await
+    }
+}
+
+/// Why a server cannot be reached. The pool retries refused connections
+/// until its timeout and then reports only "pool timed out"; one direct
+/// attempt recovers the cause (refused, unknown host, bad password, ...).
+async fn probe(backend: Backend, url: &str) -> Option<String> {
+    use sea_orm::sqlx::{Connection, MySqlConnection, PgConnection};
+    const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+    let outcome = match backend {
+        Backend::Postgres => {
+            tokio::time::timeout(PROBE_TIMEOUT, async {
+                PgConnection::connect(url).await?.close().await
+            })
+            .await
+        }
+        Backend::MySql => {
+            tokio::time::timeout(PROBE_TIMEOUT, async {
+                MySqlConnection::connect(url).await?.close().await
+            })
+            .await
+        }
+        Backend::Sqlite => return None,
+    };
+    match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some(format!("no answer within {} s", PROBE_TIMEOUT.as_secs())),
     }
 }
 
