@@ -1,7 +1,60 @@
-//! The built-in handlers' descriptors: the whitelist the API offers.
+//! The handler trait, the registry built at start-up from code, and the
+//! built-in handlers. The registry is the whitelist: a job can only name a
+//! handler registered here, and nothing is ever looked up by reflection.
+
+mod echo;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use qiwu_domain::{HandlerCatalog, HandlerDescriptor, HandlerError};
-use serde_json::json;
+use serde_json::{Map, Value, json};
+
+use crate::context::RunContext;
+
+/// What a handler's run resolves to: its return value, or why it failed.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+
+/// Code that does the work of a job. It must stop soon after
+/// `ctx.stop` fires; output lines go to `ctx.log`.
+pub trait Handler: Send + Sync {
+    fn run(&self, params: Map<String, Value>, ctx: RunContext) -> HandlerFuture;
+}
+
+/// Handlers by name, with the catalog of their descriptors.
+#[derive(Clone, Default)]
+pub struct Registry {
+    handlers: BTreeMap<String, Arc<dyn Handler>>,
+    catalog: HandlerCatalog,
+}
+
+impl Registry {
+    /// Pairs each descriptor with its implementation.
+    pub fn new(
+        entries: impl IntoIterator<Item = (HandlerDescriptor, Arc<dyn Handler>)>,
+    ) -> Result<Registry, HandlerError> {
+        let mut descriptors = Vec::new();
+        let mut handlers = BTreeMap::new();
+        for (descriptor, handler) in entries {
+            handlers.insert(descriptor.name.clone(), handler);
+            descriptors.push(descriptor);
+        }
+        Ok(Registry {
+            catalog: HandlerCatalog::new(descriptors)?,
+            handlers,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Handler>> {
+        self.handlers.get(name)
+    }
+
+    pub fn catalog(&self) -> &HandlerCatalog {
+        &self.catalog
+    }
+}
 
 /// `demo.echo`: waits `delayMs`, then returns `message`.
 fn demo_echo() -> Result<HandlerDescriptor, HandlerError> {
@@ -65,6 +118,11 @@ fn notify_dispatch() -> Result<HandlerDescriptor, HandlerError> {
 /// The catalog of handlers compiled into this binary.
 pub fn builtin_catalog() -> Result<HandlerCatalog, HandlerError> {
     HandlerCatalog::new([demo_echo()?, audit_purge()?, notify_dispatch()?])
+}
+
+/// The built-in handlers with their implementations.
+pub fn builtin_registry() -> Result<Registry, HandlerError> {
+    Registry::new([(demo_echo()?, Arc::new(echo::Echo) as Arc<dyn Handler>)])
 }
 
 #[cfg(test)]
