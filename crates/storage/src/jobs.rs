@@ -10,7 +10,7 @@ use sea_orm::{
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
-use crate::{Store, StorageError};
+use crate::{StorageError, Store};
 
 /// Escape character for LIKE patterns. Not a backslash: MySQL string literals
 /// treat it specially while PostgreSQL's do not, so `ESCAPE '\'` is not portable.
@@ -214,14 +214,19 @@ impl JobRepo<'_> {
             Err(e) if is_unique_violation(&e) => return Err(StorageError::NameTaken),
             Err(e) => return Err(e.into()),
         };
-        let current = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
         if changed == 0 {
+            // Raw row: a stale caller learns the version even if params are corrupt.
+            let row = job::Entity::find_by_id(id)
+                .one(&txn)
+                .await?
+                .ok_or(StorageError::NotFound)?;
             return Err(StorageError::StaleVersion {
-                current: current.version,
+                current: row.version,
             });
         }
+        let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
         txn.commit().await?;
-        Ok(current)
+        Ok(updated)
     }
 
     /// Sets `enabled`; bumps version and updated_* only when the value
@@ -237,32 +242,42 @@ impl JobRepo<'_> {
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
         let txn = self.store.begin_write().await?;
-        // Locked read, so the decision below holds until commit (on SQLite the
-        // IMMEDIATE transaction already excludes other writers).
-        let row = job::Entity::find_by_id(id)
-            .lock_exclusive()
-            .one(&txn)
-            .await?
-            .ok_or(StorageError::NotFound)?;
-        if let Some(expected) = expected_version
-            && expected != row.version
-        {
-            return Err(StorageError::StaleVersion {
-                current: row.version,
-            });
-        }
-        if row.enabled == enabled {
-            return JobRecord::try_from(row);
-        }
         let now = to_millis(now);
-        job::Entity::update_many()
-            .col_expr(Column::Enabled, Expr::val(enabled))
-            .col_expr(Column::UpdatedAt, Expr::val(now))
-            .col_expr(Column::UpdatedBy, Expr::val(actor))
-            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
-            .filter(Column::Id.eq(id))
-            .exec(&txn)
-            .await?;
+        let toggle = || {
+            let mut q = job::Entity::update_many()
+                .col_expr(Column::Enabled, Expr::val(enabled))
+                .col_expr(Column::UpdatedAt, Expr::val(now))
+                .col_expr(Column::UpdatedBy, Expr::val(actor))
+                .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+                .filter(Column::Id.eq(id))
+                .filter(Column::Enabled.ne(enabled));
+            if let Some(expected) = expected_version {
+                q = q.filter(Column::Version.eq(expected));
+            }
+            q
+        };
+        // The version check and the bump are one statement, as for `update`.
+        if toggle().exec(&txn).await?.rows_affected == 0 {
+            // Nothing changed: find out why, holding the row lock this time.
+            let row = job::Entity::find_by_id(id)
+                .lock_exclusive()
+                .one(&txn)
+                .await?
+                .ok_or(StorageError::NotFound)?;
+            if let Some(expected) = expected_version
+                && expected != row.version
+            {
+                return Err(StorageError::StaleVersion {
+                    current: row.version,
+                });
+            }
+            if row.enabled == enabled {
+                return JobRecord::try_from(row);
+            }
+            // Another writer flipped it between our two statements; with the
+            // lock held, the retry cannot race.
+            toggle().exec(&txn).await?;
+        }
         let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
         txn.commit().await?;
         Ok(updated)

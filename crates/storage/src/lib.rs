@@ -4,12 +4,14 @@
 
 pub mod entity;
 mod error;
+mod fires;
 mod groups;
 mod jobs;
 mod store;
 pub mod timestamp;
 
 pub use error::StorageError;
+pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
 pub use sea_orm::DatabaseConnection;

@@ -79,10 +79,15 @@ impl Store {
         }
         match Database::connect(opts).await {
             Ok(db) => Ok(Store { db, backend }),
-            Err(e) => Err(StorageError::Open(match probe(backend, url).await {
-                Some(cause) => format!("{e} ({cause})"),
-                None => e.to_string(),
-            })),
+            Err(e) => {
+                let mut msg = e.to_string();
+                if let Some(cause) = probe(backend, url).await
+                    && !msg.contains(&cause)
+                {
+                    msg = format!("{msg} ({cause})");
+                }
+                Err(StorageError::Open(msg))
+            }
         }
     }
 
@@ -117,7 +122,11 @@ impl Store {
     /// Marks a one-time seed; returns true if this call applied it (insert
     /// into seed_markers; unique violation → false). Used so built-in data is
     /// seeded once, ever.
-    pub async fn mark_seed_once(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StorageError> {
+    pub async fn mark_seed_once(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StorageError> {
         let marker = seed_marker::ActiveModel {
             key: Set(key.to_owned()),
             applied_at: Set(to_millis(now)),
@@ -193,7 +202,8 @@ async fn prepare_sqlite(url: &str, opts: &mut ConnectOptions) -> Result<(), Stor
         if in_memory {
             o
         } else {
-            o.create_if_missing(true).journal_mode(SqliteJournalMode::Wal)
+            o.create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
         }
     });
     Ok(())
@@ -203,7 +213,9 @@ fn is_in_memory(url: &str, filename: &Path) -> bool {
     url.contains(":memory:")
         || url.contains("mode=memory")
         || filename.as_os_str().is_empty()
-        || filename.to_string_lossy().starts_with("file:sqlx-in-memory")
+        || filename
+            .to_string_lossy()
+            .starts_with("file:sqlx-in-memory")
 }
 
 #[cfg(test)]
@@ -213,9 +225,18 @@ mod tests {
     #[test]
     fn backend_from_scheme() {
         assert_eq!(Backend::from_url("sqlite:data/x.db"), Some(Backend::Sqlite));
-        assert_eq!(Backend::from_url("sqlite://data/x.db?mode=rwc"), Some(Backend::Sqlite));
-        assert_eq!(Backend::from_url("postgres://u@h/db"), Some(Backend::Postgres));
-        assert_eq!(Backend::from_url("postgresql://u@h/db"), Some(Backend::Postgres));
+        assert_eq!(
+            Backend::from_url("sqlite://data/x.db?mode=rwc"),
+            Some(Backend::Sqlite)
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(
+            Backend::from_url("postgresql://u@h/db"),
+            Some(Backend::Postgres)
+        );
         assert_eq!(Backend::from_url("mysql://root@h/db"), Some(Backend::MySql));
         assert_eq!(Backend::from_url("redis://h"), None);
         assert_eq!(Backend::from_url("nonsense"), None);
