@@ -1,0 +1,12 @@
+//! The worker crate's error type.
+
+use qiwu_storage::StorageError;
+
+/// What can stop the engine or one of its steps.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("storage failed")]
+    Storage(#[from] StorageError),
+    #[error("job {job_id} has an invalid stored schedule: {reason}")]
+    InvalidStoredJob { job_id: i64, reason: String },
+}
