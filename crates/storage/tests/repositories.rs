@@ -1438,6 +1438,7 @@ async fn fire_runs_finish_and_close(store: Store) {
     let end = RunEnd {
         status: RunStatus::Failed,
         finished_at: now() + chrono::Duration::milliseconds(1500),
+        duration_ms: 1500,
         output: "out".into(),
         error: "boom".into(),
     };

@@ -390,6 +390,14 @@ impl CronExpr {
         Some(next.with_timezone(&Utc))
     }
 
+    /// The last fire time at or before `at`, in zone `tz` (used to name the
+    /// latest missed fire without walking every one of them).
+    pub fn last_at_or_before(&self, at: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+        let local = at.with_timezone(&tz);
+        let prev = self.cron.find_previous_occurrence(&local, true).ok()?;
+        Some(prev.with_timezone(&Utc))
+    }
+
     /// The next `count` fire times strictly after `after`, in zone `tz`.
     pub fn upcoming(&self, after: DateTime<Utc>, tz: Tz, count: usize) -> Vec<DateTime<Utc>> {
         let mut out = Vec::with_capacity(count);

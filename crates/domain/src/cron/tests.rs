@@ -548,3 +548,47 @@ fn upcoming_is_strictly_increasing_over_a_year() {
         assert_eq!(local.time(), chrono::NaiveTime::MIN);
     }
 }
+
+#[test]
+fn last_at_or_before_is_the_inverse_of_next() {
+    let cases = [
+        (
+            "* * * * * *",
+            "UTC",
+            "2026-05-01T10:00:00.700Z",
+            "2026-05-01T10:00:00Z",
+        ),
+        (
+            "0 30 3 * * *",
+            "UTC",
+            "2026-05-01T03:30:00Z",
+            "2026-05-01T03:30:00Z",
+        ),
+        (
+            "0 30 3 * * *",
+            "UTC",
+            "2026-05-01T03:29:59Z",
+            "2026-04-30T03:30:00Z",
+        ),
+        (
+            "0 0 0 29 2 *",
+            "UTC",
+            "2027-01-01T00:00:00Z",
+            "2024-02-29T00:00:00Z",
+        ),
+        (
+            "0 30 * * * *",
+            "America/New_York",
+            "2026-11-01T06:00:00Z",
+            "2026-11-01T05:30:00Z",
+        ),
+    ];
+    for (expr, zone, at, want) in cases {
+        let cron = CronExpr::parse(expr).expect(expr);
+        assert_eq!(
+            cron.last_at_or_before(utc(at), tz(zone)),
+            Some(utc(want)),
+            "{expr} at {at}"
+        );
+    }
+}
