@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use qiwu_api::{AppState, Claims, JwtKeys, NoListener};
+use qiwu_api::{AppState, ChangeListener, Claims, JwtKeys};
+use qiwu_scheduler_worker::clock::SystemClock;
+use qiwu_scheduler_worker::{Command as EngineCommand, Engine, EngineConfig, EngineHandle};
 use qiwu_storage::Store;
+use tokio::sync::watch;
 
 use crate::config::Config;
 
@@ -57,6 +60,23 @@ enum Command {
 
 /// How long the super-admin token printed by `serve` stays valid.
 const STARTUP_TOKEN_HOURS: i64 = 24 * 30;
+/// How long running handlers get to stop at shutdown (SPEC §5).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How often every job is read again to repair a lost change message.
+const RECONCILE_EVERY: Duration = Duration::from_secs(60);
+
+/// Passes API changes to the in-process engine.
+struct EngineChanges(EngineHandle);
+
+impl ChangeListener for EngineChanges {
+    fn job_changed(&self, job_id: i64) {
+        self.0.send(EngineCommand::JobChanged(job_id));
+    }
+
+    fn fire_queued(&self, fire_id: i64) {
+        self.0.send(EngineCommand::FireQueued(fire_id));
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -165,16 +185,33 @@ fn redact(url: &str) -> String {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
     store.migrate().await.context("migrations failed")?;
-    let catalog = qiwu_scheduler_worker::handlers::builtin_catalog()
-        .context("the built-in handler catalog is invalid")?;
+    let registry = qiwu_scheduler_worker::handlers::builtin_registry()
+        .context("the built-in handler registry is invalid")?;
     let secret = config.jwt_secret_or_file()?;
     let keys = JwtKeys::from_secret(secret.as_bytes())?;
+    let (engine, engine_handle) = Engine::new(
+        store.clone(),
+        registry.clone(),
+        EngineConfig {
+            instance: config.instance_id.clone(),
+            timezone: config.timezone,
+            shutdown_grace: SHUTDOWN_GRACE,
+            reconcile_every: RECONCILE_EVERY,
+            close_all_running_at_start: true,
+            on_timeout: std::sync::Arc::new(|info: qiwu_scheduler_worker::TimeoutInfo| {
+                Box::pin(async move {
+                    tracing::warn!(job = info.job_id, name = %info.job_name, attempt = info.attempt, "attempt timed out");
+                })
+            }),
+        },
+        std::sync::Arc::new(SystemClock),
+    );
     let state = AppState {
         store,
-        catalog: std::sync::Arc::new(catalog),
+        catalog: std::sync::Arc::new(registry.catalog().clone()),
         keys: keys.clone(),
         timezone: config.timezone,
-        changes: std::sync::Arc::new(NoListener),
+        changes: std::sync::Arc::new(EngineChanges(engine_handle)),
     };
     let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
@@ -182,7 +219,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             .configure(qiwu_api::configure(state.clone()))
     })
     .workers(2)
-    .shutdown_timeout(10)
+    .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
     .disable_signals()
     .bind(config.listen)
     .with_context(|| format!("cannot listen on QIWU_LISTEN={}", config.listen))?;
@@ -214,16 +251,27 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         );
     }
 
+    let (stop_tx, stop_rx) = watch::channel(false);
     let server_task = tokio::spawn(server);
+    let engine_task = tokio::spawn(engine.run(stop_rx));
     shutdown_signal().await;
-    tracing::info!("stopping: finishing requests in flight (at most 10 s)");
-    // The HTTP server waits for requests in flight; the bound keeps a stuck
-    // request from holding the process forever.
-    if tokio::time::timeout(Duration::from_secs(11), handle.stop(true))
-        .await
-        .is_err()
-    {
-        tracing::warn!("requests still running after 10 s; exiting anyway");
+    tracing::info!("stopping: finishing requests and runs in flight (at most 10 s)");
+    let _ = stop_tx.send(true);
+    // Both wait at most the grace period; the bound on top keeps a stuck
+    // request or handler from holding the process.
+    let limit = SHUTDOWN_GRACE + Duration::from_secs(1);
+    let (http, engine) = tokio::join!(
+        tokio::time::timeout(limit, handle.stop(true)),
+        tokio::time::timeout(limit, engine_task),
+    );
+    if http.is_err() {
+        tracing::warn!("requests still running after the grace period; exiting anyway");
+    }
+    match engine {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "the engine stopped with an error"),
+        Ok(Err(e)) => tracing::error!(error = %e, "the engine task failed"),
+        Err(_) => tracing::warn!("the engine did not stop within the grace period"),
     }
     match server_task.await {
         Ok(Ok(())) => Ok(()),

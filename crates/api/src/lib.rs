@@ -34,6 +34,7 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::update_job)
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
+        .service(fires::run_once)
         .service(cron::preview);
 }
 

@@ -3,8 +3,11 @@
 
 pub mod clock;
 pub mod context;
+pub mod engine;
 mod error;
+mod executor;
 pub mod handlers;
 pub mod timer;
 
+pub use engine::{Command, Engine, EngineConfig, EngineHandle, OnTimeout, TimeoutInfo};
 pub use error::WorkerError;

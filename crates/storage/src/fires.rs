@@ -391,6 +391,22 @@ impl FireRepo<'_> {
         Ok(result.rows_affected == 1)
     }
 
+    /// One fire, if it is still pending.
+    pub async fn pending_by_id(&self, fire_id: i64) -> Result<Option<PendingFire>, StorageError> {
+        let row = fire::Entity::find_by_id(fire_id)
+            .filter(fire::Column::State.eq("pending"))
+            .one(self.store.connection())
+            .await?;
+        row.map(|f| {
+            Ok(PendingFire {
+                id: f.id,
+                job_id: f.job_id,
+                scheduled_at: from_millis(f.scheduled_at)?,
+            })
+        })
+        .transpose()
+    }
+
     /// Pending fires, oldest first.
     pub async fn pending(&self, limit: u64) -> Result<Vec<PendingFire>, StorageError> {
         let rows = fire::Entity::find()
