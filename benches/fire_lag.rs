@@ -144,6 +144,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64) {
             reconcile_every: Duration::from_secs(3600),
             close_all_running_at_start: true,
             on_timeout: Arc::new(|_| Box::pin(async {})),
+            cluster: None,
         },
         Arc::new(SystemClock),
     );

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod ops;
 pub mod routes;
 pub mod state;
 
@@ -90,10 +91,12 @@ pub fn openapi_json() -> String {
 
 /// Configures an actix `App` with the state, every route, `/openapi.json`
 /// and the Swagger UI at `/docs`.
-pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+pub fn configure(state: AppState, ops: ops::Ops) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let doc = openapi();
         cfg.app_data(web::Data::new(state))
+            .app_data(web::Data::new(ops))
+            .route("/metrics", web::get().to(ops::metrics))
             .app_data(error::json_config())
             .app_data(error::query_config())
             .app_data(error::path_config());

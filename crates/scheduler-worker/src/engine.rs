@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::clock::{Clock, MAX_SLEEP, sleep_for};
+use crate::cluster::{ClusterConfig, Heartbeat, Membership, heartbeat_loop};
 use crate::error::WorkerError;
 use crate::executor::{self, Source};
 use crate::handlers::Registry;
@@ -41,6 +43,8 @@ pub enum Command {
     JobChanged(i64),
     /// A "run once" request was queued as a pending fire.
     FireQueued(i64),
+    /// Read every job again (after a lost subscription, say).
+    Reconcile,
 }
 
 /// Sends commands to a running engine; cheap to clone.
@@ -87,6 +91,8 @@ pub struct EngineConfig {
     /// `serve`, where no other instance can own one).
     pub close_all_running_at_start: bool,
     pub on_timeout: OnTimeout,
+    /// Set for `worker` processes of a cluster.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// State shared by the loop and the fire tasks.
@@ -97,6 +103,11 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     /// Non-concurrent jobs executing in this process.
     busy: Mutex<HashSet<i64>>,
+    /// The live workers, as the heart-beat last saw them.
+    pub membership: watch::Receiver<Membership>,
+    membership_tx: watch::Sender<Membership>,
+    /// This clock minus the database's, in ms (cluster mode).
+    pub skew_ms: Arc<AtomicI64>,
 }
 
 /// Holds a job's local non-concurrency slot until dropped.
@@ -123,6 +134,26 @@ impl Shared {
         })
     }
 
+    /// This instance's rank among the job's owners (always 0 outside a
+    /// cluster); `None` when another worker owns the job.
+    pub(crate) fn rank(&self, job_id: i64) -> Option<usize> {
+        match &self.config.cluster {
+            None => Some(0),
+            Some(cluster) => {
+                self.membership
+                    .borrow()
+                    .rank(&self.config.instance, job_id, cluster.replicas)
+            }
+        }
+    }
+
+    /// True while the clock is too far from the database's to claim.
+    pub(crate) fn skew_too_large(&self) -> bool {
+        self.config.cluster.as_ref().is_some_and(|c| {
+            self.skew_ms.load(Ordering::Relaxed).unsigned_abs() > c.max_skew.as_millis() as u64
+        })
+    }
+
     pub(crate) fn zone_of(&self, job: &JobRecord) -> Tz {
         job.timezone
             .as_deref()
@@ -135,6 +166,7 @@ impl Shared {
 pub struct Engine {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedReceiver<Command>,
+    sender: mpsc::UnboundedSender<Command>,
 }
 
 impl Engine {
@@ -145,20 +177,30 @@ impl Engine {
         clock: Arc<dyn Clock>,
     ) -> (Engine, EngineHandle) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (membership_tx, membership) = watch::channel(Membership::default());
         let shared = Arc::new(Shared {
             store,
             registry,
             config,
             clock,
             busy: Mutex::new(HashSet::new()),
+            membership,
+            membership_tx,
+            skew_ms: Arc::new(AtomicI64::new(0)),
         });
         (
             Engine {
                 shared,
                 commands: rx,
+                sender: tx.clone(),
             },
             EngineHandle(tx),
         )
+    }
+
+    /// The measured clock skew against the database, in ms.
+    pub fn skew(&self) -> Arc<AtomicI64> {
+        Arc::clone(&self.shared.skew_ms)
     }
 
     /// Runs until `shutdown` turns true, then stops the running handlers
@@ -166,6 +208,34 @@ impl Engine {
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), WorkerError> {
         let shared = Arc::clone(&self.shared);
         let store = &shared.store;
+        let mut membership = shared.membership.clone();
+        let mut helpers = JoinSet::new();
+        if let Some(cluster) = &shared.config.cluster {
+            helpers.spawn(heartbeat_loop(
+                Heartbeat {
+                    store: store.clone(),
+                    config: cluster.clone(),
+                    instance: shared.config.instance.clone(),
+                    timezone: shared.config.timezone.name().to_string(),
+                    skew_ms: Arc::clone(&shared.skew_ms),
+                    membership: shared.membership_tx.clone(),
+                },
+                shutdown.clone(),
+            ));
+            helpers.spawn(forward_changes(
+                cluster.clone(),
+                self.sender.clone(),
+                shutdown.clone(),
+            ));
+            // The first heart-beat tells who is alive before jobs are armed.
+            let _ = tokio::time::timeout(Duration::from_secs(5), membership.changed()).await;
+        }
+        let pending_every = shared
+            .config
+            .cluster
+            .as_ref()
+            .map_or(shared.config.reconcile_every, |c| c.pending_every);
+        let mut next_pending = tokio::time::Instant::now() + pending_every;
         if shared.config.close_all_running_at_start {
             let closed = store
                 .fires()
@@ -190,17 +260,29 @@ impl Engine {
         let mut next_reconcile = tokio::time::Instant::now() + shared.config.reconcile_every;
         let mut commands_open = true;
         loop {
-            for due in state.timers.pop_due(shared.clock.now()) {
-                if let Some(job) = state.jobs.get(&due.job_id).cloned() {
-                    state.spawn(
-                        &shared,
-                        job,
-                        Trigger::Schedule,
-                        due.at,
-                        Source::Scheduled {
+            let due_now = state.timers.pop_due(shared.clock.now());
+            if !due_now.is_empty() && shared.skew_too_large() {
+                tracing::error!(
+                    skew_ms = shared.skew_ms.load(Ordering::Relaxed),
+                    "clock skew against the database is too large: claiming nothing"
+                );
+            } else {
+                for due in due_now {
+                    let Some(rank) = shared.rank(due.job_id) else {
+                        continue;
+                    };
+                    if let Some(job) = state.jobs.get(&due.job_id).cloned() {
+                        let delay = shared
+                            .config
+                            .cluster
+                            .as_ref()
+                            .map_or(Duration::ZERO, |c| c.backup_delay * rank as u32);
+                        let source = Source::Scheduled {
                             version: due.version,
-                        },
-                    );
+                            delay,
+                        };
+                        state.spawn(&shared, job, Trigger::Schedule, due.at, source);
+                    }
                 }
             }
             let now = shared.clock.now();
@@ -222,8 +304,27 @@ impl Engine {
                             tracing::error!(fire = fire_id, error = %e, "cannot take a queued fire; the next reconciliation retries");
                         }
                     }
+                    Some(Command::Reconcile) => {
+                        match load_all_jobs(store).await {
+                            Ok(jobs) => state.apply_all(&shared, jobs),
+                            Err(e) => tracing::error!(error = %e, "reconciliation failed"),
+                        }
+                    }
                     None => commands_open = false,
                 },
+                Ok(()) = membership.changed() => {
+                    tracing::info!(live = ?membership.borrow().live, "cluster membership changed");
+                    match load_all_jobs(store).await {
+                        Ok(jobs) => state.apply_all(&shared, jobs),
+                        Err(e) => tracing::error!(error = %e, "re-arming after a membership change failed"),
+                    }
+                }
+                () = tokio::time::sleep_until(next_pending) => {
+                    next_pending = tokio::time::Instant::now() + pending_every;
+                    if let Err(e) = take_pending(&shared, &mut state).await {
+                        tracing::error!(error = %e, "reading pending fires failed");
+                    }
+                }
                 () = tokio::time::sleep(sleep) => {}
                 () = tokio::time::sleep_until(next_reconcile) => {
                     next_reconcile = tokio::time::Instant::now() + shared.config.reconcile_every;
@@ -263,6 +364,11 @@ impl Engine {
             .fires()
             .close_running(Some(&instance), REASON_SHUTDOWN, shared.clock.now())
             .await?;
+        // The heart-beat unregisters this instance on its way out.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while helpers.join_next().await.is_some() {}
+        })
+        .await;
         Ok(())
     }
 }
@@ -297,7 +403,7 @@ impl LoopState {
 
     /// Arms, re-arms or disarms one job after reading it.
     fn apply(&mut self, shared: &Shared, job: Option<JobRecord>, job_id: i64) {
-        let Some(job) = job.filter(|j| j.enabled) else {
+        let Some(job) = job.filter(|j| j.enabled && shared.rank(j.id).is_some()) else {
             self.timers.disarm(job_id);
             self.jobs.remove(&job_id);
             return;
@@ -352,6 +458,40 @@ impl LoopState {
         let job = shared.store.jobs().get(job_id).await?;
         self.apply(shared, job, job_id);
         Ok(())
+    }
+}
+
+/// Forwards change messages from Redis into the engine, re-subscribing
+/// (and asking for a reconciliation) whenever the subscription drops.
+async fn forward_changes(
+    cluster: ClusterConfig,
+    sender: mpsc::UnboundedSender<Command>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use futures_util::StreamExt;
+    loop {
+        match cluster.coord.subscribe().await {
+            Ok(stream) => {
+                let _ = sender.send(Command::Reconcile);
+                let mut stream = std::pin::pin!(stream);
+                loop {
+                    tokio::select! {
+                        change = stream.next() => match change {
+                            Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
+                            Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
+                            None => break,
+                        },
+                        () = crate::context::shutting_down(&mut shutdown) => return,
+                    }
+                }
+                tracing::warn!("the change subscription dropped; re-subscribing");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot subscribe to changes; retrying"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = crate::context::shutting_down(&mut shutdown) => return,
+        }
     }
 }
 
@@ -463,6 +603,21 @@ async fn catch_up_misfires(
         let Some(missed) = missed_between(&cron, tz, from, now) else {
             continue;
         };
+        if let Some(cluster) = &shared.config.cluster {
+            // One worker only handles a job's misfire: the first to mark it.
+            let key = format!("misfire:{}:{}", job.id, from.timestamp_millis());
+            match cluster
+                .coord
+                .once(&key, Duration::from_secs(24 * 3600))
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(job = job.id, error = %e, "redis unavailable; the misfire claim alone prevents doubles");
+                }
+            }
+        }
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, "missed fires");
         let source = match MisfirePolicy::parse(&job.misfire_policy) {
             Some(MisfirePolicy::RunOnce) => Source::Misfire { skipped: None },

@@ -17,14 +17,19 @@ use crate::error::WorkerError;
 /// Where a fire comes from, and what its claim re-checks.
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
-    /// A timer armed at this job version.
-    Scheduled { version: i64 },
+    /// A timer armed at this job version; a backup owner waits `delay`
+    /// before it claims.
+    Scheduled { version: i64, delay: Duration },
     /// A catch-up at start; `skipped` holds the record's text for the
     /// `skip` policy.
     Misfire { skipped: Option<String> },
     /// A queued "run once" request.
     Manual { fire_id: i64 },
 }
+
+const SKIP_ELSEWHERE: &str = "另一个实例正在执行这个任务，且不允许并发执行，本次跳过。\nAnother instance is running this job and concurrent runs are not allowed: skipped.";
+const LOCK_UNAVAILABLE: &str = "任务锁不可用（无法连接 Redis），为避免重复执行，本次不执行。\nThe job lock is unavailable (Redis unreachable); the fire did not run, to avoid overlapping runs.";
+const LOCK_LOST: &str = "任务锁续期没有得到确认，已视为锁丢失并通知处理器停止；不重试。\nThe job lock renewal was not confirmed: the lock counts as lost, the handler was told to stop, and the attempt is not retried.";
 
 const SKIP_OVERLAP: &str = "上一次执行还没有结束，且不允许并发执行，本次跳过。\nThe previous run has not finished and concurrent runs are not allowed: skipped.";
 
@@ -67,6 +72,11 @@ pub(crate) async fn execute(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), WorkerError> {
     let instance = shared.config.instance.clone();
+    if let Source::Scheduled { delay, .. } = source
+        && !delay.is_zero()
+    {
+        tokio::time::sleep(delay).await;
+    }
     let runnable = cannot_run(&shared, &job);
     let guard = if job.allow_concurrent {
         None
@@ -75,7 +85,7 @@ pub(crate) async fn execute(
     };
     let busy = !job.allow_concurrent && guard.is_none();
     let started_at = shared.clock.now();
-    let (status, output, error) = match (&source, &runnable) {
+    let (mut status, mut output, mut error) = match (&source, &runnable) {
         (
             Source::Misfire {
                 skipped: Some(text),
@@ -90,6 +100,34 @@ pub(crate) async fn execute(
         ),
         (_, Ok(_)) => (RunStatus::Running, String::new(), String::new()),
     };
+    // Across processes, a non-concurrent job also needs the Redis lock, and
+    // no run of it may be going on anywhere (the database guard stands in
+    // for the lock's blind spot while Redis restarts).
+    let mut lock = None;
+    if let Some(cluster) = &shared.config.cluster
+        && status == RunStatus::Running
+        && !job.allow_concurrent
+    {
+        match cluster
+            .coord
+            .try_lock(job.id, &instance, cluster.lock_ttl)
+            .await
+        {
+            Ok(Some(held)) => {
+                if shared.store.fires().has_running(job.id).await? {
+                    let _ = cluster.coord.release(&held).await;
+                    (status, output) = (RunStatus::Skipped, SKIP_ELSEWHERE.to_string());
+                } else {
+                    lock = Some(held);
+                }
+            }
+            Ok(None) => (status, output) = (RunStatus::Skipped, SKIP_ELSEWHERE.to_string()),
+            Err(e) => {
+                tracing::warn!(job = job.id, error = %e, "job lock unavailable");
+                (status, error) = (RunStatus::Failed, LOCK_UNAVAILABLE.to_string());
+            }
+        }
+    }
     let first = RunStart {
         job_id: job.id,
         job_name: &job.name,
@@ -105,7 +143,7 @@ pub(crate) async fn execute(
     };
     let fires = shared.store.fires();
     let claimed = match source {
-        Source::Scheduled { version } => {
+        Source::Scheduled { version, .. } => {
             let claim = FireClaim {
                 job_id: job.id,
                 armed_version: Some(version),
@@ -136,8 +174,71 @@ pub(crate) async fn execute(
         }
     };
     let Some((fire_id, first_run)) = claimed else {
+        release(&shared, lock).await;
         return Ok(());
     };
+    let result = run_attempts(
+        &shared,
+        &job,
+        fire_id,
+        first_run,
+        &first,
+        runnable,
+        status,
+        lock.as_ref(),
+        guard,
+        &mut shutdown,
+    )
+    .await;
+    release(&shared, lock).await;
+    result
+}
+
+async fn release(shared: &Shared, lock: Option<qiwu_storage::JobLock>) {
+    if let (Some(cluster), Some(lock)) = (&shared.config.cluster, lock)
+        && let Err(e) = cluster.coord.release(&lock).await
+    {
+        tracing::warn!(job = lock.job_id, error = %e, "cannot release the job lock; it expires by itself");
+    }
+}
+
+/// Keeps the lock alive every third of its TTL; flips `lost` when a
+/// renewal is not confirmed, which happens before the TTL could run out.
+async fn renew_lock(shared: Arc<Shared>, lock: qiwu_storage::JobLock, lost: watch::Sender<bool>) {
+    let Some(cluster) = &shared.config.cluster else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(cluster.lock_ttl / 3).await;
+        match cluster.coord.renew(&lock, cluster.lock_ttl).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                tracing::error!(job = lock.job_id, token = lock.token, "job lock lost");
+                let _ = lost.send(true);
+                return;
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_attempts(
+    shared: &Arc<Shared>,
+    job: &JobRecord,
+    fire_id: i64,
+    first_run: i64,
+    first: &RunStart<'_>,
+    runnable: Result<Map<String, Value>, String>,
+    status: RunStatus,
+    lock: Option<&qiwu_storage::JobLock>,
+    guard: Option<crate::engine::BusyGuard>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), WorkerError> {
+    let fires = shared.store.fires();
+    let started_at = first.started_at;
+    let (lost_tx, mut lost) = watch::channel(false);
+    let renewal = lock.map(|l| tokio::spawn(renew_lock(Arc::clone(shared), l.clone(), lost_tx)));
+    let _renewal = AbortOnDrop(renewal);
     let Ok(params) = runnable else {
         return Ok(());
     };
@@ -148,7 +249,7 @@ pub(crate) async fn execute(
         return Ok(());
     };
 
-    let tz = shared.zone_of(&job);
+    let tz = shared.zone_of(job);
     let attempts = u32::try_from(job.retry_count.max(0)).unwrap_or(0) + 1;
     let timeout = (job.timeout_ms > 0).then(|| Duration::from_millis(job.timeout_ms as u64));
     let mut run_id = first_run;
@@ -191,11 +292,13 @@ pub(crate) async fn execute(
             Done(Result<Result<String, String>, tokio::task::JoinError>),
             TimedOut,
             Shutdown,
+            LockLost,
         }
         let outcome = tokio::select! {
             joined = &mut task => Outcome::Done(joined),
             () = deadline => Outcome::TimedOut,
-            () = crate::context::shutting_down(&mut shutdown) => Outcome::Shutdown,
+            () = crate::context::shutting_down(shutdown) => Outcome::Shutdown,
+            Ok(_) = lost.wait_for(|l| *l), if lock.is_some() => Outcome::LockLost,
         };
         let finish = |status: RunStatus, output: String, error: String| RunEnd {
             status,
@@ -261,10 +364,30 @@ pub(crate) async fn execute(
                     // the stop signal.
                     tokio::select! {
                         _ = &mut task => {}
-                        () = crate::context::shutting_down(&mut shutdown) => return Ok(()),
+                        () = crate::context::shutting_down(shutdown) => return Ok(()),
                     }
                 }
                 true
+            }
+            Outcome::LockLost => {
+                stopper.stop(StopReason::LockLost);
+                fires
+                    .finish_run(
+                        run_id,
+                        &finish(
+                            RunStatus::Failed,
+                            output_of(&log, ""),
+                            LOCK_LOST.to_string(),
+                        ),
+                    )
+                    .await?;
+                // This process's own slot stays taken until the handler
+                // really ends.
+                tokio::spawn(async move {
+                    let _ = task.await;
+                    drop(guard);
+                });
+                return Ok(());
             }
             Outcome::Shutdown => {
                 stopper.stop(StopReason::Shutdown);
@@ -294,11 +417,23 @@ pub(crate) async fn execute(
         let interval = Duration::from_millis(job.retry_interval_ms.max(0) as u64);
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
-            () = crate::context::shutting_down(&mut shutdown) => break,
+            () = crate::context::shutting_down(shutdown) => break,
+            Ok(_) = lost.wait_for(|l| *l), if lock.is_some() => break,
         }
     }
     drop(guard);
     Ok(())
+}
+
+/// Aborts the lock renewal when the fire is over.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.0 {
+            handle.abort();
+        }
+    }
 }
 
 /// A "run once" request whose job was deleted before it ran.

@@ -2,6 +2,7 @@
 //! handlers compiled into the service.
 
 pub mod clock;
+pub mod cluster;
 pub mod context;
 pub mod engine;
 mod error;
@@ -9,5 +10,6 @@ mod executor;
 pub mod handlers;
 pub mod timer;
 
+pub use cluster::{ClusterConfig, DbClock};
 pub use engine::{Command, Engine, EngineConfig, EngineHandle, OnTimeout, TimeoutInfo};
 pub use error::WorkerError;

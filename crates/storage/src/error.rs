@@ -20,6 +20,10 @@ pub enum StorageError {
     Corrupt(String),
     #[error("cannot open database: {0}")]
     Open(String),
+    #[error("redis error")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis pool error: {0}")]
+    RedisPool(String),
 }
 
 /// True when the database rejected a write because of a unique key or primary

@@ -391,6 +391,19 @@ impl FireRepo<'_> {
         Ok(result.rows_affected == 1)
     }
 
+    /// True while some run of the job is `running` (on any instance).
+    pub async fn has_running(&self, job_id: i64) -> Result<bool, StorageError> {
+        let found = run::Entity::find()
+            .select_only()
+            .column(run::Column::Id)
+            .filter(run::Column::JobId.eq(job_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .into_tuple::<i64>()
+            .one(self.store.connection())
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// One fire, if it is still pending.
     pub async fn pending_by_id(&self, fire_id: i64) -> Result<Option<PendingFire>, StorageError> {
         let row = fire::Entity::find_by_id(fire_id)

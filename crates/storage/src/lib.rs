@@ -2,6 +2,8 @@
 //! hand-written entities for every table, and repositories that turn rows into
 //! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod cluster;
+mod coord;
 pub mod entity;
 mod error;
 mod fires;
@@ -10,6 +12,8 @@ mod jobs;
 mod store;
 pub mod timestamp;
 
+pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
+pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
 pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
