@@ -100,11 +100,31 @@ const INDEXES: &[IndexDef] = &[
         true,
     ),
     ("idx_fires_state", "fires", &["state"], false),
-    ("ux_runs_fire_attempt", "runs", &["fire_id", "attempt"], true),
+    (
+        "ux_runs_fire_attempt",
+        "runs",
+        &["fire_id", "attempt"],
+        true,
+    ),
     ("idx_runs_started", "runs", &["started_at", "id"], false),
-    ("idx_runs_job_started", "runs", &["job_id", "started_at"], false),
-    ("idx_runs_status_started", "runs", &["status", "started_at"], false),
-    ("idx_runs_handler_started", "runs", &["handler", "started_at"], false),
+    (
+        "idx_runs_job_started",
+        "runs",
+        &["job_id", "started_at"],
+        false,
+    ),
+    (
+        "idx_runs_status_started",
+        "runs",
+        &["status", "started_at"],
+        false,
+    ),
+    (
+        "idx_runs_handler_started",
+        "runs",
+        &["handler", "started_at"],
+        false,
+    ),
     ("idx_audit_logs_at", "audit_logs", &["at"], false),
     (
         "idx_notifications_recipient_created",
@@ -112,7 +132,12 @@ const INDEXES: &[IndexDef] = &[
         &["recipient", "created_at"],
         false,
     ),
-    ("idx_outbox_status_next", "outbox", &["status", "next_attempt_at"], false),
+    (
+        "idx_outbox_status_next",
+        "outbox",
+        &["status", "next_attempt_at"],
+        false,
+    ),
     ("ux_api_keys_prefix", "api_keys", &["prefix"], true),
 ];
 
@@ -295,20 +320,22 @@ fn tables(d: Dialect) -> Vec<TableCreateStatement> {
 async fn seed_groups(manager: &SchemaManager<'_>) -> Result<(), DbErr> {
     let now = now_ms();
     let mut insert = Query::insert();
-    insert
-        .into_table("job_groups")
-        .columns(["code", "label_zh", "label_en", "builtin", "created_at"]);
+    insert.into_table("job_groups").columns([
+        "code",
+        "label_zh",
+        "label_en",
+        "builtin",
+        "created_at",
+    ]);
     for (code, zh, en) in [("default", "默认", "Default"), ("system", "系统", "System")] {
         insert
-            .values([
-                code.into(),
-                zh.into(),
-                en.into(),
-                true.into(),
-                now.into(),
-            ])
+            .values([code.into(), zh.into(), en.into(), true.into(), now.into()])
             .map_err(|e| DbErr::Migration(format!("seed job_groups: {e}")))?;
     }
-    insert.on_conflict(OnConflict::column("code").do_nothing_on(["code"]).to_owned());
+    insert.on_conflict(
+        OnConflict::column("code")
+            .do_nothing_on(["code"])
+            .to_owned(),
+    );
     manager.exec_stmt(insert).await
 }

@@ -6,7 +6,7 @@ use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait, QueryOrder};
 use crate::entity::job_group::{self, Column};
 use crate::error::is_unique_violation;
 use crate::timestamp::to_millis;
-use crate::{Store, StorageError};
+use crate::{StorageError, Store};
 
 /// A job group; `builtin` groups (`default`, `system`) come with the schema.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ use sea_orm::{
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
-use crate::{Store, StorageError};
+use crate::{StorageError, Store};
 
 /// Escape character for LIKE patterns. Not a backslash: MySQL string literals
 /// treat it specially while PostgreSQL's do not, so `ESCAPE '\'` is not portable.

@@ -117,7 +117,11 @@ impl Store {
     /// Marks a one-time seed; returns true if this call applied it (insert
     /// into seed_markers; unique violation → false). Used so built-in data is
     /// seeded once, ever.
-    pub async fn mark_seed_once(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StorageError> {
+    pub async fn mark_seed_once(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StorageError> {
         let marker = seed_marker::ActiveModel {
             key: Set(key.to_owned()),
             applied_at: Set(to_millis(now)),
@@ -193,7 +197,8 @@ async fn prepare_sqlite(url: &str, opts: &mut ConnectOptions) -> Result<(), Stor
         if in_memory {
             o
         } else {
-            o.create_if_missing(true).journal_mode(SqliteJournalMode::Wal)
+            o.create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
         }
     });
     Ok(())
@@ -203,7 +208,9 @@ fn is_in_memory(url: &str, filename: &Path) -> bool {
     url.contains(":memory:")
         || url.contains("mode=memory")
         || filename.as_os_str().is_empty()
-        || filename.to_string_lossy().starts_with("file:sqlx-in-memory")
+        || filename
+            .to_string_lossy()
+            .starts_with("file:sqlx-in-memory")
 }
 
 #[cfg(test)]
@@ -213,9 +220,18 @@ mod tests {
     #[test]
     fn backend_from_scheme() {
         assert_eq!(Backend::from_url("sqlite:data/x.db"), Some(Backend::Sqlite));
-        assert_eq!(Backend::from_url("sqlite://data/x.db?mode=rwc"), Some(Backend::Sqlite));
-        assert_eq!(Backend::from_url("postgres://u@h/db"), Some(Backend::Postgres));
-        assert_eq!(Backend::from_url("postgresql://u@h/db"), Some(Backend::Postgres));
+        assert_eq!(
+            Backend::from_url("sqlite://data/x.db?mode=rwc"),
+            Some(Backend::Sqlite)
+        );
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(
+            Backend::from_url("postgresql://u@h/db"),
+            Some(Backend::Postgres)
+        );
         assert_eq!(Backend::from_url("mysql://root@h/db"), Some(Backend::MySql));
         assert_eq!(Backend::from_url("redis://h"), None);
         assert_eq!(Backend::from_url("nonsense"), None);

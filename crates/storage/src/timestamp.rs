@@ -45,6 +45,9 @@ mod tests {
 
     #[test]
     fn out_of_range_is_corrupt() {
-        assert!(matches!(from_millis(i64::MAX), Err(StorageError::Corrupt(_))));
+        assert!(matches!(
+            from_millis(i64::MAX),
+            Err(StorageError::Corrupt(_))
+        ));
     }
 }

@@ -15,9 +15,7 @@ use qiwu_storage::entity::{
     outbox, run, seed_marker, setting,
 };
 use qiwu_storage::timestamp::truncate_to_millis;
-use qiwu_storage::{
-    Backend, GroupRecord, JobFilter, JobRecord, NewJob, StorageError, Store,
-};
+use qiwu_storage::{Backend, GroupRecord, JobFilter, JobRecord, NewJob, StorageError, Store};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ColumnTrait, ConnectionTrait, EntityTrait,
     IntoActiveModel, QueryFilter, SqlErr,
@@ -234,7 +232,9 @@ fn at(ms: i64) -> DateTime<Utc> {
 
 /// A time with sub-millisecond digits, which storage must drop.
 fn now() -> DateTime<Utc> {
-    Utc.timestamp_opt(1_764_000_000, 123_456_789).single().unwrap()
+    Utc.timestamp_opt(1_764_000_000, 123_456_789)
+        .single()
+        .unwrap()
 }
 
 fn new_job(name: &str) -> NewJob {
@@ -301,7 +301,11 @@ async fn migrate_twice_is_idempotent_and_seeds_groups(store: Store) {
         },
     ];
     assert_eq!(store.groups().list().await.unwrap(), expected);
-    let (jobs, total) = store.jobs().list(&JobFilter::default(), 1, 20).await.unwrap();
+    let (jobs, total) = store
+        .jobs()
+        .list(&JobFilter::default(), 1, 20)
+        .await
+        .unwrap();
     assert!(jobs.is_empty());
     assert_eq!(total, 0);
 
@@ -327,7 +331,13 @@ async fn every_entity_round_trips(store: Store) {
         builtin: false,
         created_at: ms,
     };
-    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    let got = m
+        .clone()
+        .into_active_model()
+        .reset_all()
+        .insert(db)
+        .await
+        .unwrap();
     assert_eq!(got, m);
 
     let m = job::Model {
@@ -370,7 +380,13 @@ async fn every_entity_round_trips(store: Store) {
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
     let fire_row = am.clone().insert(db).await.unwrap();
-    assert_eq!(fire_row, fire::Model { id: fire_row.id, ..m.clone() });
+    assert_eq!(
+        fire_row,
+        fire::Model {
+            id: fire_row.id,
+            ..m.clone()
+        }
+    );
     // Exactly-once ledger: the same (job, trigger, time) cannot be recorded twice.
     let dup = am.clone().insert(db).await.unwrap_err();
     assert!(
@@ -434,7 +450,13 @@ async fn every_entity_round_trips(store: Store) {
         updated_at: ms,
         updated_by: "system".into(),
     };
-    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    let got = m
+        .clone()
+        .into_active_model()
+        .reset_all()
+        .insert(db)
+        .await
+        .unwrap();
     assert_eq!(got, m);
 
     let m = notification::Model {
@@ -473,7 +495,13 @@ async fn every_entity_round_trips(store: Store) {
         updated_at: ms,
         updated_by: "admin".into(),
     };
-    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    let got = m
+        .clone()
+        .into_active_model()
+        .reset_all()
+        .insert(db)
+        .await
+        .unwrap();
     assert_eq!(got, m);
 
     let m = api_key::Model {
@@ -501,7 +529,13 @@ async fn every_entity_round_trips(store: Store) {
         key: "k".repeat(160),
         applied_at: ms,
     };
-    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    let got = m
+        .clone()
+        .into_active_model()
+        .reset_all()
+        .insert(db)
+        .await
+        .unwrap();
     assert_eq!(got, m);
 
     let m = instance::Model {
@@ -511,7 +545,13 @@ async fn every_entity_round_trips(store: Store) {
         started_at: ms,
         heartbeat_at: ms,
     };
-    let got = m.clone().into_active_model().reset_all().insert(db).await.unwrap();
+    let got = m
+        .clone()
+        .into_active_model()
+        .reset_all()
+        .insert(db)
+        .await
+        .unwrap();
     assert_eq!(got, m);
     assert_eq!(instance::Entity::find().all(db).await.unwrap(), vec![m]);
 }
@@ -550,7 +590,9 @@ async fn job_create_get_round_trip(store: Store) {
     let fetched = jobs.get(created.id).await.unwrap().unwrap();
     assert_eq!(fetched, created);
     assert_eq!(
-        jobs.find_by_builtin_key("audit.purge:清理过期日志").await.unwrap(),
+        jobs.find_by_builtin_key("audit.purge:清理过期日志")
+            .await
+            .unwrap(),
         Some(created.clone())
     );
     assert_eq!(jobs.find_by_builtin_key("audit.purge").await.unwrap(), None);
@@ -716,7 +758,10 @@ async fn job_list_filters_and_paging(store: Store) {
     // Page 0 reads as page 1; a page far away is just empty.
     let (items, _) = jobs.list(&JobFilter::default(), 0, 2).await.unwrap();
     assert_eq!(names(&items), ["Alpha_1", "alpha%2"]);
-    let (items, total) = jobs.list(&JobFilter::default(), u64::MAX, 50).await.unwrap();
+    let (items, total) = jobs
+        .list(&JobFilter::default(), u64::MAX, 50)
+        .await
+        .unwrap();
     assert!(items.is_empty());
     assert_eq!(total, 9);
     let (items, total) = jobs.list(&by_name("a"), 2, 3).await.unwrap();
@@ -762,10 +807,16 @@ async fn job_update_bumps_version(store: Store) {
     assert_eq!(jobs.get(created.id).await.unwrap().unwrap(), updated);
 
     // Saving the same values still counts as a change.
-    let again = jobs.update(created.id, 2, &changed, "bob", later).await.unwrap();
+    let again = jobs
+        .update(created.id, 2, &changed, "bob", later)
+        .await
+        .unwrap();
     assert_eq!(again.version, 3);
     // Keeping its own name is no clash.
-    let renamed_back = jobs.update(created.id, 3, &input, "carol", later).await.unwrap();
+    let renamed_back = jobs
+        .update(created.id, 3, &input, "carol", later)
+        .await
+        .unwrap();
     assert_eq!(renamed_back.name, "before");
     assert_eq!(renamed_back.version, 4);
 }
@@ -773,7 +824,9 @@ async fn job_update_bumps_version(store: Store) {
 async fn job_update_stale_version(store: Store) {
     let jobs = store.jobs();
     let created = jobs.create(&new_job("j"), "u", now()).await.unwrap();
-    jobs.update(created.id, 1, &new_job("j2"), "u", now()).await.unwrap();
+    jobs.update(created.id, 1, &new_job("j2"), "u", now())
+        .await
+        .unwrap();
 
     let err = jobs
         .update(created.id, 1, &new_job("j3"), "u", now())
@@ -839,7 +892,11 @@ async fn job_update_missing(store: Store) {
 
 /// Two administrators saving the same version: exactly one wins.
 async fn job_concurrent_updates_one_wins(store: Store) {
-    let created = store.jobs().create(&new_job("race"), "u", now()).await.unwrap();
+    let created = store
+        .jobs()
+        .create(&new_job("race"), "u", now())
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for i in 0..8 {
         let store = store.clone();
@@ -861,7 +918,10 @@ async fn job_concurrent_updates_one_wins(store: Store) {
         }
     }
     assert_eq!(wins, 1);
-    assert_eq!(store.jobs().get(created.id).await.unwrap().unwrap().version, 2);
+    assert_eq!(
+        store.jobs().get(created.id).await.unwrap().unwrap().version,
+        2
+    );
 }
 
 async fn job_concurrent_creates_one_wins(store: Store) {
@@ -885,18 +945,30 @@ async fn job_concurrent_creates_one_wins(store: Store) {
 
 async fn job_set_enabled(store: Store) {
     let jobs = store.jobs();
-    let created = jobs.create(&new_job("toggle"), "alice", now()).await.unwrap();
+    let created = jobs
+        .create(&new_job("toggle"), "alice", now())
+        .await
+        .unwrap();
     assert!(created.enabled);
     let later = at(1_800_000_000_000);
 
     // Same value: nothing changes, not even the version.
-    let same = jobs.set_enabled(created.id, true, None, "bob", later).await.unwrap();
+    let same = jobs
+        .set_enabled(created.id, true, None, "bob", later)
+        .await
+        .unwrap();
     assert_eq!(same, created);
-    let same = jobs.set_enabled(created.id, true, Some(1), "bob", later).await.unwrap();
+    let same = jobs
+        .set_enabled(created.id, true, Some(1), "bob", later)
+        .await
+        .unwrap();
     assert_eq!(same, created);
 
     // Change: version and updated_* move, the rest stays.
-    let off = jobs.set_enabled(created.id, false, Some(1), "bob", later).await.unwrap();
+    let off = jobs
+        .set_enabled(created.id, false, Some(1), "bob", later)
+        .await
+        .unwrap();
     assert!(!off.enabled);
     assert_eq!(off.version, 2);
     assert_eq!(off.updated_at, later);
@@ -912,14 +984,23 @@ async fn job_set_enabled(store: Store) {
         .set_enabled(created.id, true, Some(1), "carol", later)
         .await
         .unwrap_err();
-    assert!(matches!(err, StorageError::StaleVersion { current: 2 }), "{err:?}");
+    assert!(
+        matches!(err, StorageError::StaleVersion { current: 2 }),
+        "{err:?}"
+    );
     let err = jobs
         .set_enabled(created.id, false, Some(1), "carol", later)
         .await
         .unwrap_err();
-    assert!(matches!(err, StorageError::StaleVersion { current: 2 }), "{err:?}");
+    assert!(
+        matches!(err, StorageError::StaleVersion { current: 2 }),
+        "{err:?}"
+    );
 
-    let on = jobs.set_enabled(created.id, true, None, "carol", later).await.unwrap();
+    let on = jobs
+        .set_enabled(created.id, true, None, "carol", later)
+        .await
+        .unwrap();
     assert!(on.enabled);
     assert_eq!(on.version, 3);
     assert_eq!(on.updated_by, "carol");
@@ -961,7 +1042,12 @@ async fn job_delete_and_delete_many(store: Store) {
     // Many ids in one call (more than one IN chunk).
     let mut ids = Vec::new();
     for i in 0..120 {
-        ids.push(jobs.create(&new_job(&format!("bulk {i}")), "u", now()).await.unwrap().id);
+        ids.push(
+            jobs.create(&new_job(&format!("bulk {i}")), "u", now())
+                .await
+                .unwrap()
+                .id,
+        );
     }
     let mut wanted: Vec<i64> = ids.clone();
     wanted.extend(1_000_000..1_001_000);
@@ -975,7 +1061,10 @@ async fn job_corrupt_params(store: Store) {
     let jobs = store.jobs();
     let created = jobs.create(&new_job("broken"), "u", now()).await.unwrap();
     job::Entity::update_many()
-        .col_expr(job::Column::Params, sea_orm::sea_query::Expr::val("{not json"))
+        .col_expr(
+            job::Column::Params,
+            sea_orm::sea_query::Expr::val("{not json"),
+        )
         .filter(job::Column::Id.eq(created.id))
         .exec(store.connection())
         .await
@@ -987,7 +1076,15 @@ async fn job_corrupt_params(store: Store) {
     // A failed batch deletes nothing.
     let err = jobs.delete_many(&[created.id]).await.unwrap_err();
     assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
-    let (_, total) = jobs.list(&JobFilter { name: Some("zzz".into()), ..Default::default() }, 1, 10)
+    let (_, total) = jobs
+        .list(
+            &JobFilter {
+                name: Some("zzz".into()),
+                ..Default::default()
+            },
+            1,
+            10,
+        )
         .await
         .unwrap();
     assert_eq!(total, 0);
@@ -996,7 +1093,10 @@ async fn job_corrupt_params(store: Store) {
 
 async fn groups_create_duplicate_delete_list(store: Store) {
     let groups = store.groups();
-    let ops = groups.create("ops", "运维", "Operations", now()).await.unwrap();
+    let ops = groups
+        .create("ops", "运维", "Operations", now())
+        .await
+        .unwrap();
     assert_eq!(
         ops,
         GroupRecord {
@@ -1018,9 +1118,21 @@ async fn groups_create_duplicate_delete_list(store: Store) {
     groups.create("zeta", "z", "Zeta", now()).await.unwrap();
     groups.create("aa", "a", "AA", now()).await.unwrap();
 
-    let codes: Vec<String> = groups.list().await.unwrap().into_iter().map(|g| g.code).collect();
+    let codes: Vec<String> = groups
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.code)
+        .collect();
     assert_eq!(codes, ["default", "system", "OPS", "aa", "ops", "zeta"]);
-    let builtin: Vec<bool> = groups.list().await.unwrap().into_iter().map(|g| g.builtin).collect();
+    let builtin: Vec<bool> = groups
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.builtin)
+        .collect();
     assert_eq!(builtin, [true, true, false, false, false, false]);
 
     assert!(groups.delete("ops").await.unwrap());
@@ -1028,7 +1140,10 @@ async fn groups_create_duplicate_delete_list(store: Store) {
     assert_eq!(groups.get("ops").await.unwrap(), None);
     assert!(groups.get("OPS").await.unwrap().is_some());
     // Re-creating after delete works.
-    groups.create("ops", "运维", "Operations", now()).await.unwrap();
+    groups
+        .create("ops", "运维", "Operations", now())
+        .await
+        .unwrap();
 }
 
 async fn seed_marked_once(store: Store) {
@@ -1053,7 +1168,10 @@ async fn seed_marked_once(store: Store) {
         }
     }
     assert_eq!(applied, 1);
-    let markers = seed_marker::Entity::find().all(store.connection()).await.unwrap();
+    let markers = seed_marker::Entity::find()
+        .all(store.connection())
+        .await
+        .unwrap();
     assert_eq!(markers.len(), 4);
 }
 
@@ -1071,6 +1189,9 @@ fn url_helpers() {
         with_database("postgres://p@h/old?sslmode=disable", "x"),
         "postgres://p@h/x?sslmode=disable"
     );
-    assert_eq!(redact("mysql://root:secret@h:3306"), "mysql://root:***@h:3306");
+    assert_eq!(
+        redact("mysql://root:secret@h:3306"),
+        "mysql://root:***@h:3306"
+    );
     assert_eq!(redact("mysql://root@h:3306"), "mysql://root@h:3306");
 }
