@@ -1756,6 +1756,36 @@ mod run_and_audit_logs {
             "exact match"
         );
 
+        // A batch lands in one go, each entry as `record` would write it.
+        let batch: Vec<NewAudit> = (0..250)
+            .map(|i| NewAudit {
+                actor: "dave".into(),
+                action: "job.delete".into(),
+                target_type: "job".into(),
+                target_id: Some(format!("b{i}")),
+                summary: format!("删除任务「b{i}」"),
+                before: Some(json!({"id": i, "name": format!("b{i}")})),
+                after: None,
+            })
+            .collect();
+        audit.record_many(&batch, now()).await.unwrap();
+        audit.record_many(&[], now()).await.unwrap();
+        let daves = list(AuditFilter {
+            actor: Some("dave".into()),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(daves.len(), 100, "a page holds at most the limit");
+        assert!(daves.iter().all(|a| a.at == truncate_to_millis(now())));
+        let b7 = list(AuditFilter {
+            target_id: Some("b7".into()),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(b7.len(), 1);
+        assert_eq!(b7[0].before, Some(json!({"id": 7, "name": "b7"})));
+        assert_eq!(b7[0].summary, "删除任务「b7」");
+
         // Column limits never lose an entry.
         let huge = audit
             .record(
