@@ -47,12 +47,17 @@ impl Key {
 
 /// Rows strictly after `key` in (time DESC, id DESC) order, i.e.
 /// `(time, id) < (?, ?)` spelled out so every backend accepts it:
-/// `time < ? OR (time = ? AND id < ?)`.
+/// `time <= ? AND (time < ? OR (time = ? AND id < ?))`. The first term is
+/// implied by the rest but is what lets PostgreSQL and MySQL seek the
+/// `(time, id)` index; without it they scan from the newest row and filter,
+/// so page n costs n pages.
 pub(crate) fn after<T: ColumnTrait, I: ColumnTrait>(time: T, id: I, key: Key) -> Condition {
-    Condition::any().add(time.lt(key.time_ms)).add(
-        Condition::all()
-            .add(time.eq(key.time_ms))
-            .add(id.lt(key.id)),
+    Condition::all().add(time.lte(key.time_ms)).add(
+        Condition::any().add(time.lt(key.time_ms)).add(
+            Condition::all()
+                .add(time.eq(key.time_ms))
+                .add(id.lt(key.id)),
+        ),
     )
 }
 

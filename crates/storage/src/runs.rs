@@ -407,7 +407,7 @@ mod tests {
             .to_string();
         assert!(
             sql.contains(
-                "`runs`.`started_at` < 100 OR (`runs`.`started_at` = 100 AND `runs`.`id` < 5)"
+                "`runs`.`started_at` <= 100 AND (`runs`.`started_at` < 100 OR (`runs`.`started_at` = 100 AND `runs`.`id` < 5))"
             ),
             "{sql}"
         );
