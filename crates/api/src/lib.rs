@@ -2,10 +2,13 @@
 //! storage crates, bearer-JWT auth, problem+json errors and the OpenAPI
 //! document generated from the handlers themselves.
 
+pub mod audit;
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod export;
 pub mod ops;
+pub mod query;
 pub mod routes;
 pub mod state;
 
@@ -31,12 +34,22 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::list_jobs)
         .service(jobs::create_job)
         .service(jobs::batch_delete)
+        // Before `/api/jobs/{id}`, which would take `export` for an id.
+        .service(job_export::export_jobs)
         .service(jobs::get_job)
         .service(jobs::update_job)
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
         .service(fires::run_once)
-        .service(cron::preview);
+        .service(cron::preview)
+        .service(runs::list_runs)
+        // Before `/api/runs/{id}`, which would take `export` for an id.
+        .service(runs::export_runs)
+        .service(runs::batch_delete_runs)
+        .service(runs::clear_runs)
+        .service(runs::get_run)
+        .service(runs::delete_run)
+        .service(audit_logs::list_audit_logs);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

@@ -24,6 +24,9 @@ pub enum StorageError {
     Redis(#[from] redis::RedisError),
     #[error("redis pool error: {0}")]
     RedisPool(String),
+    /// A paging cursor that none of our lists handed out (the API answers 400).
+    #[error("invalid cursor")]
+    InvalidCursor,
 }
 
 /// True when the database rejected a write because of a unique key or primary

@@ -2,6 +2,7 @@
 //! hand-written entities for every table, and repositories that turn rows into
 //! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod audit;
 mod cluster;
 mod coord;
 pub mod entity;
@@ -9,14 +10,18 @@ mod error;
 mod fires;
 mod groups;
 mod jobs;
+mod keyset;
+mod runs;
 mod store;
 pub mod timestamp;
 
+pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
 pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
+pub use runs::{EXPORT_ERROR_CHARS, RunCursor, RunExportRow, RunFilter, RunRecord, RunRepo};
 pub use sea_orm::DatabaseConnection;
 pub use store::{Backend, Store};

@@ -56,6 +56,17 @@ pub async fn run_once(
         .map_err(|e| ApiError::storage(lang, e))?;
     state.changes.fire_queued(fire_id);
     tracing::info!(job = id, fire = fire_id, actor = %who.sub, "run once queued");
+    crate::audit::record(
+        &state,
+        &who,
+        crate::audit::Action::JobRun,
+        crate::audit::Target::Job,
+        Some(id.to_string()),
+        format!("执行一次任务 {}（触发 {fire_id}）", job.name),
+        None,
+        Some(serde_json::json!({"fireId": fire_id, "jobId": id, "jobName": job.name})),
+    )
+    .await;
     Ok(HttpResponse::Accepted().json(RunOnceAccepted {
         fire_id,
         message: lang

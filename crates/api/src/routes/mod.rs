@@ -1,8 +1,11 @@
 //! HTTP handlers: extract, call, map the error. Nothing else lives here.
 
+pub mod audit_logs;
 pub mod cron;
 pub mod fires;
 pub mod groups;
 pub mod handlers;
 pub mod health;
+pub mod job_export;
 pub mod jobs;
+pub mod runs;
