@@ -236,10 +236,15 @@ impl Engine {
             .as_ref()
             .map_or(shared.config.reconcile_every, |c| c.pending_every);
         let mut next_pending = tokio::time::Instant::now() + pending_every;
-        if shared.config.close_all_running_at_start {
+        // Runs left `running` by an earlier process cannot still be going:
+        // in `serve` that is every such run, in a cluster those of this
+        // instance id (a worker restarted under the same id).
+        {
+            let own = [shared.config.instance.clone()];
+            let scope = (!shared.config.close_all_running_at_start).then_some(&own[..]);
             let closed = store
                 .fires()
-                .close_running(None, REASON_RESTART, shared.clock.now())
+                .close_running(scope, REASON_RESTART, shared.clock.now())
                 .await?;
             if closed > 0 {
                 tracing::warn!(closed, "closed runs left running by a previous process");

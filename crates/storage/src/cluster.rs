@@ -119,14 +119,15 @@ impl ClusterRepo<'_> {
             updated_at: Set(to_millis(now)),
             updated_by: Set("system".to_string()),
         };
-        setting::Entity::insert(row)
-            .on_conflict(
-                OnConflict::column(setting::Column::Key)
-                    .do_nothing()
-                    .to_owned(),
-            )
+        // The first writer wins; everyone else reads what it wrote.
+        match setting::Entity::insert(row)
             .exec_without_returning(self.store.connection())
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if crate::error::is_unique_violation(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
         let stored = setting::Entity::find_by_id(CLUSTER_TIMEZONE_KEY.to_string())
             .one(self.store.connection())
             .await?

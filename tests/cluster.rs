@@ -1,0 +1,424 @@
+//! Distributed mode, end to end: `api` + several `worker` processes on
+//! PostgreSQL (or MariaDB) and a Redis server of the test's own, with a
+//! worker killed and restarted, Redis restarted, and a job disabled while
+//! everything runs.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Db, Server, TempDir, admin_token, client, drop_database, fresh_database};
+use qiwu_storage::entity::run;
+use reqwest::StatusCode;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use serde_json::{Value, json};
+
+/// A Redis server on a port of its own, so the test can restart it.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        Redis::on(port)
+    }
+
+    fn on(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for the cluster tests");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Redis { child, port };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not listen on {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        *self = Redis::on(self.port);
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The processes of one cluster.
+struct Cluster {
+    db: Db,
+    database: String,
+    url: String,
+    redis: Redis,
+    api: Server,
+    workers: BTreeMap<String, Server>,
+}
+
+impl Cluster {
+    fn env(&self, instance: &str) -> Vec<(&'static str, String)> {
+        cluster_env(&self.url, &self.redis.url(), instance)
+    }
+
+    fn start(db: Db, workers: usize) -> Cluster {
+        let (url, database) = fresh_database(db);
+        let redis = Redis::start();
+        let env = cluster_env(&url, &redis.url(), "migrate");
+        let out = Command::new(common::BIN)
+            .arg("migrate")
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("run migrate");
+        assert!(
+            out.status.success(),
+            "migrate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let api = Server::spawn(
+            TempDir::new("api"),
+            &["api"],
+            &cluster_env(&url, &redis.url(), "api-1"),
+            true,
+        );
+        let mut cluster = Cluster {
+            db,
+            database,
+            url,
+            redis,
+            api,
+            workers: BTreeMap::new(),
+        };
+        for i in 1..=workers {
+            cluster.start_worker(&format!("w{i}"));
+        }
+        cluster
+    }
+
+    fn start_worker(&mut self, id: &str) {
+        let env = self.env(id);
+        let worker = Server::spawn(TempDir::new("worker"), &["worker"], &env, true);
+        self.workers.insert(id.to_string(), worker);
+    }
+
+    async fn store(&self) -> qiwu_storage::Store {
+        qiwu_storage::Store::connect(&self.url)
+            .await
+            .expect("open the cluster database")
+    }
+
+    async fn create(&self, body: Value) -> i64 {
+        let resp = client()
+            .post(self.api.url("/api/jobs"))
+            .bearer_auth(admin_token())
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let job: Value = resp.json().await.expect("json");
+        job["id"].as_i64().expect("id")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.workers.clear();
+        drop_database(self.db, &self.database);
+    }
+}
+
+fn cluster_env(url: &str, redis: &str, instance: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("QIWU_LISTEN", "127.0.0.1:0".into()),
+        ("QIWU_DATABASE_URL", url.into()),
+        ("QIWU_REDIS_URL", redis.into()),
+        ("QIWU_JWT_SECRET", common::SECRET.into()),
+        ("QIWU_TIMEZONE", "UTC".into()),
+        ("QIWU_INSTANCE_ID", instance.into()),
+    ]
+}
+
+async fn all_runs(store: &qiwu_storage::Store) -> Vec<run::Model> {
+    run::Entity::find()
+        .all(store.connection())
+        .await
+        .expect("read runs")
+}
+
+/// Asserts the guarantees over the whole run log.
+fn check(
+    runs: &[run::Model],
+    jobs: &[i64],
+    window: (i64, i64),
+    disabled: Option<(i64, i64)>,
+    serial: Option<i64>,
+) {
+    // No scheduled time recorded twice.
+    let mut seen = HashSet::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.trigger == "schedule" && r.attempt == 1)
+    {
+        assert!(
+            seen.insert((r.job_id, r.scheduled_at)),
+            "fire recorded twice: {r:?}"
+        );
+    }
+    // No scheduled second without a run row.
+    let (from, to) = window;
+    for job in jobs {
+        let until = match disabled {
+            Some((id, at)) if id == *job => at - 1000,
+            _ => to,
+        };
+        let mut second = from - from.rem_euclid(1000) + 1000;
+        while second <= until {
+            assert!(
+                seen.contains(&(*job, second)),
+                "job {job} has no run for {second}"
+            );
+            second += 1000;
+        }
+    }
+    // The disabled job stopped within a second on every worker.
+    if let Some((id, at)) = disabled {
+        let late: Vec<_> = runs
+            .iter()
+            .filter(|r| r.job_id == id && r.scheduled_at > at + 1000)
+            .collect();
+        assert!(late.is_empty(), "fired after being disabled: {late:#?}");
+    }
+    // The non-concurrent job never overlapped itself.
+    if let Some(id) = serial {
+        let mut spans: Vec<(i64, i64, &str)> = runs
+            .iter()
+            .filter(|r| r.job_id == id && r.status != "skipped" && r.finished_at.is_some())
+            .map(|r| {
+                (
+                    r.started_at,
+                    r.finished_at.unwrap_or(r.started_at),
+                    r.instance.as_str(),
+                )
+            })
+            .collect();
+        spans.sort();
+        for pair in spans.windows(2) {
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "overlapping runs of the serial job: {pair:?}"
+            );
+        }
+        assert!(spans.len() >= 3, "the serial job ran: {spans:?}");
+    }
+    // Nothing left running.
+    let running: Vec<_> = runs.iter().filter(|r| r.status == "running").collect();
+    assert!(running.is_empty(), "runs left running: {running:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
+    let mut cluster = Cluster::start(Db::Postgres, 3);
+    let mut jobs = Vec::new();
+    for i in 0..30 {
+        jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
+    }
+    let serial = cluster
+        .create(json!({"name": "serial", "handler": "demo.echo", "cron": "*/3 * * * * *", "timeoutMs": 0, "params": {"delayMs": 4000}}))
+        .await;
+    // Measure from a few seconds after the jobs exist, when every worker armed them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from = chrono::Utc::now().timestamp_millis();
+
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let killed = cluster.workers.remove("w2").expect("w2");
+    let _ = killed.kill();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.start_worker("w2");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.redis.restart();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let disabled_job = jobs[5];
+    let resp = client()
+        .put(
+            cluster
+                .api
+                .url(&format!("/api/jobs/{disabled_job}/enabled")),
+        )
+        .bearer_auth(admin_token())
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let disabled_at = chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_secs(18)).await;
+    let to = chrono::Utc::now().timestamp_millis() - 2000;
+
+    // Stop every worker cleanly; nothing may be left running.
+    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
+    for id in ids {
+        if let Some(worker) = cluster.workers.remove(&id) {
+            let _ = worker.stop();
+        }
+    }
+    let store = cluster.store().await;
+    let runs = all_runs(&store).await;
+    assert!(to - from >= 40_000, "ran for at least 40 s");
+    check(
+        &runs,
+        &jobs,
+        (from, to),
+        Some((disabled_job, disabled_at)),
+        Some(serial),
+    );
+    // The work was shared: every worker claimed fires.
+    let mut by_instance: HashMap<&str, usize> = HashMap::new();
+    for r in &runs {
+        *by_instance.entry(r.instance.as_str()).or_default() += 1;
+    }
+    for id in ["w1", "w2", "w3"] {
+        assert!(
+            by_instance.get(id).copied().unwrap_or(0) > 10,
+            "{id} did work: {by_instance:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_on_mariadb_through_a_kill() {
+    let mut cluster = Cluster::start(Db::MySql, 2);
+    let mut jobs = Vec::new();
+    for i in 0..10 {
+        jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from = chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let killed = cluster.workers.remove("w1").expect("w1");
+    let _ = killed.kill();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let to = chrono::Utc::now().timestamp_millis() - 2000;
+    if let Some(worker) = cluster.workers.remove("w2") {
+        let _ = worker.stop();
+    }
+    // w1 was killed: its runs were closed by w2's sweep or are short enough
+    // to have ended; restart it so that its own leftovers are closed.
+    cluster.start_worker("w1");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    if let Some(worker) = cluster.workers.remove("w1") {
+        let _ = worker.stop();
+    }
+    let store = cluster.store().await;
+    let runs = all_runs(&store).await;
+    check(&runs, &jobs, (from, to), None, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_stops_the_handler_and_records_failed() {
+    let mut cluster = Cluster::start(Db::Postgres, 1);
+    let job = cluster
+        .create(json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "retryCount": 3, "params": {"delayMs": 60000}}))
+        .await;
+    let run_once = |cluster: &Cluster| {
+        let url = cluster.api.url(&format!("/api/jobs/{job}/run"));
+        async move {
+            let resp = client()
+                .post(url)
+                .bearer_auth(admin_token())
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        }
+    };
+    run_once(&cluster).await;
+    let store = cluster.store().await;
+    let started = wait(&store, job, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    assert_eq!(started.len(), 1);
+    // Cut Redis: the renewal cannot be confirmed.
+    cluster.redis.stop();
+    let runs = wait(&store, job, |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert_eq!(runs.len(), 1, "a lost lock is never retried: {runs:#?}");
+    assert_eq!(runs[0].status, "failed");
+    assert!(runs[0].error.contains("lock"), "{runs:#?}");
+    // Recorded before the TTL (10 s) could run out.
+    let held = runs[0].finished_at.unwrap_or(0) - runs[0].started_at;
+    assert!(held < 10_000, "held {held} ms");
+    // With Redis back, the next run starts only now, after the first ended.
+    cluster.redis.restart();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    run_once(&cluster).await;
+    let runs = wait(&store, job, |runs| {
+        runs.iter().filter(|r| r.status == "running").count() == 1 && runs.len() == 2
+    })
+    .await;
+    let first_end = runs[0].finished_at.unwrap_or(i64::MAX);
+    assert!(runs[1].started_at >= first_end, "{runs:#?}");
+    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
+    for id in ids {
+        if let Some(worker) = cluster.workers.remove(&id) {
+            let _ = worker.stop();
+        }
+    }
+}
+
+async fn wait(
+    store: &qiwu_storage::Store,
+    job: i64,
+    done: impl Fn(&[run::Model]) -> bool,
+) -> Vec<run::Model> {
+    let start = std::time::Instant::now();
+    loop {
+        let runs = run::Entity::find()
+            .filter(run::Column::JobId.eq(job))
+            .all(store.connection())
+            .await
+            .expect("runs");
+        if done(&runs) {
+            return runs;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "not reached: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
