@@ -46,12 +46,14 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed for the cluster tests");
+        let mut redis = Redis { child, port };
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Redis { child, port };
+                return redis;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        redis.stop();
         panic!("redis-server did not listen on {port}");
     }
 
