@@ -5,7 +5,10 @@
 //! `cargo bench --bench fire_lag` (release), or quicker
 //! `cargo bench --profile dev --bench fire_lag`. Environment:
 //! `QIWU_BENCH_JOBS` (100), `QIWU_BENCH_SECONDS` (30), `QIWU_BENCH_DATABASES`
-//! (`sqlite,postgres,mysql`), `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`.
+//! (`sqlite,postgres`; `mysql` too), `QIWU_BENCH_WORKERS` (`0,1,3`: 0 is the
+//! single-process `serve` engine, N > 0 are N cluster workers on Redis,
+//! in this one process, on the server databases only),
+//! `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`, `QIWU_TEST_REDIS_URL`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,7 +105,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-async fn bench(kind: &str, jobs: usize, seconds: u64) {
+async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
     let (url, admin) = database(kind).await;
     let counter = Arc::new(Counter::default());
     let mut store = Store::connect(&url).await.expect("connect");
@@ -134,22 +137,45 @@ async fn bench(kind: &str, jobs: usize, seconds: u64) {
             .expect("create job");
     }
     let registry = builtin_registry().expect("registry");
-    let (engine, _handle) = Engine::new(
-        store.clone(),
-        registry,
-        EngineConfig {
-            instance: "bench".into(),
-            timezone: chrono_tz::UTC,
-            shutdown_grace: Duration::from_secs(10),
-            reconcile_every: Duration::from_secs(3600),
-            close_all_running_at_start: true,
-            on_timeout: Arc::new(|_| Box::pin(async {})),
-            cluster: None,
-        },
-        Arc::new(SystemClock),
-    );
+    let coord = if workers > 0 {
+        let url = std::env::var("QIWU_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        Some(
+            qiwu_storage::Coord::connect(&url)
+                .await
+                .expect("Redis is reachable"),
+        )
+    } else {
+        None
+    };
+    let mut engines = Vec::new();
+    for w in 0..workers.max(1) {
+        let cluster = coord.clone().map(qiwu_scheduler_worker::ClusterConfig::new);
+        let clock: Arc<dyn qiwu_scheduler_worker::clock::Clock> = match &cluster {
+            Some(c) => c.clock.clone(),
+            None => Arc::new(SystemClock),
+        };
+        let (engine, _handle) = Engine::new(
+            store.clone(),
+            registry.clone(),
+            EngineConfig {
+                instance: format!("bench-{kind}-{workers}-w{w}"),
+                timezone: chrono_tz::UTC,
+                shutdown_grace: Duration::from_secs(10),
+                reconcile_every: Duration::from_secs(3600),
+                close_all_running_at_start: cluster.is_none(),
+                on_timeout: Arc::new(|_| Box::pin(async {})),
+                cluster,
+            },
+            clock,
+        );
+        engines.push(engine);
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(engine.run(stop_rx));
+    let tasks: Vec<_> = engines
+        .into_iter()
+        .map(|engine| tokio::spawn(engine.run(stop_rx.clone())))
+        .collect();
     // Skip the start-up second, then measure a window of whole seconds.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let window_start = chrono::Utc::now().timestamp_millis();
@@ -163,7 +189,9 @@ async fn bench(kind: &str, jobs: usize, seconds: u64) {
         .unwrap_or_default();
     let window_end = chrono::Utc::now().timestamp_millis();
     let _ = stop_tx.send(true);
-    let _ = task.await;
+    for task in tasks {
+        let _ = task.await;
+    }
 
     use qiwu_storage::entity::run;
     let runs = run::Entity::find()
@@ -179,7 +207,12 @@ async fn bench(kind: &str, jobs: usize, seconds: u64) {
     let expected = jobs as f64 * span.floor();
     let skipped = runs.iter().filter(|r| r.status == "skipped").count();
     println!(
-        "{kind:>8} | jobs {jobs} | {span:.1} s | fires {fires} (expected ≈{expected}) | {:.1} fires/s | lag p50 {} ms, p99 {} ms, max {} ms | skipped {skipped} | statements/fire {:.2}",
+        "{kind:>8} | {} | jobs {jobs} | {span:.1} s | fires {fires} (expected ≈{expected}) | {:.1} fires/s | lag p50 {} ms, p99 {} ms, max {} ms | skipped {skipped} | statements/fire {:.2}",
+        if workers == 0 {
+            "serve".to_string()
+        } else {
+            format!("{workers} worker(s)")
+        },
         fires / span,
         percentile(&lags, 50.0),
         percentile(&lags, 99.0),
@@ -215,11 +248,22 @@ fn main() {
         .build()
         .expect("runtime");
     println!("fire lag: {jobs} every-second jobs, {seconds} s per database");
+    let workers: Vec<usize> = std::env::var("QIWU_BENCH_WORKERS")
+        .unwrap_or_else(|_| "0,1,3".into())
+        .split(',')
+        .filter_map(|w| w.trim().parse().ok())
+        .collect();
     for kind in databases
         .split(',')
         .map(str::trim)
         .filter(|k| !k.is_empty())
     {
-        runtime.block_on(bench(kind, jobs, seconds));
+        for &n in &workers {
+            // A cluster needs a server database.
+            if n > 0 && kind == "sqlite" {
+                continue;
+            }
+            runtime.block_on(bench(kind, jobs, seconds, n));
+        }
     }
 }
