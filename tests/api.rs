@@ -467,6 +467,12 @@ async fn permission_matrix() {
             None,
             vec!["scheduler.task.remove"],
         ),
+        (
+            reqwest::Method::POST,
+            format!("/api/jobs/{id}/run"),
+            None,
+            vec!["scheduler.task.run"],
+        ),
     ];
     for (method, path, body, needed) in &endpoints {
         // No token → 401; a forged one → 401.
