@@ -7,6 +7,9 @@ mod error;
 mod fires;
 mod groups;
 mod jobs;
+mod notifications;
+mod purge;
+mod settings;
 mod store;
 pub mod timestamp;
 
@@ -14,5 +17,12 @@ pub use error::StorageError;
 pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
+pub use notifications::{
+    BadCursor, NewNotification, NotificationCursor, NotificationPage, NotificationRecord,
+    NotificationRepo, OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TemplateRecord,
+    TemplateRepo, TemplateTexts, outbox_retry_delay,
+};
+pub use purge::{NotificationPurge, PurgeRepo};
 pub use sea_orm::DatabaseConnection;
+pub use settings::{SETTING_MODIFY_ACTION, SettingChange, SettingRecord, SettingRepo};
 pub use store::{Backend, Store};
