@@ -1,10 +1,16 @@
 //! Timers, claims and execution of Qiwu Scheduler, and the built-in
 //! handlers compiled into the service.
 
+pub mod alerts;
 pub mod clock;
 pub mod context;
 mod error;
 pub mod handlers;
+pub mod seed;
+#[cfg(test)]
+mod test_support;
 pub mod timer;
 
+pub use alerts::{TimeoutAlert, raise_timeout_alert};
 pub use error::WorkerError;
+pub use seed::seed_builtin_jobs;

@@ -9,6 +9,7 @@ mod groups;
 mod jobs;
 mod notifications;
 mod purge;
+mod seeds;
 mod settings;
 mod store;
 pub mod timestamp;

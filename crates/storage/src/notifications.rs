@@ -22,7 +22,7 @@ use sea_orm::{
 };
 use serde_json::json;
 
-use crate::entity::{audit_log, notification, notification_template, outbox, seed_marker};
+use crate::entity::{audit_log, notification, notification_template, outbox};
 use crate::timestamp::{from_millis, to_millis};
 use crate::{StorageError, Store};
 
@@ -376,11 +376,7 @@ impl TemplateRepo<'_> {
         let mut seeded = Vec::new();
         for def in &TEMPLATES {
             let marker = format!("template:{}", def.code);
-            if seed_marker::Entity::find_by_id(marker.clone())
-                .one(db)
-                .await?
-                .is_some()
-            {
+            if self.store.is_seeded(&marker).await? {
                 continue;
             }
             let row = notification_template::ActiveModel {
