@@ -165,6 +165,11 @@ fn redact(url: &str) -> String {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
     store.migrate().await.context("migrations failed")?;
+    store
+        .templates()
+        .seed_defaults(chrono::Utc::now())
+        .await
+        .context("cannot seed the notification templates")?;
     let catalog = qiwu_scheduler_worker::handlers::builtin_catalog()
         .context("the built-in handler catalog is invalid")?;
     let secret = config.jwt_secret_or_file()?;

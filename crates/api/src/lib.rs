@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod notify_dto;
 pub mod routes;
 pub mod state;
 
@@ -35,6 +36,15 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
         .service(cron::preview);
+    // Settings, the inbox and notification templates (super admins).
+    cfg.service(settings::list_settings)
+        .service(settings::update_setting)
+        .service(notifications::list_notifications)
+        .service(notifications::read_all_notifications)
+        .service(notifications::read_notification)
+        .service(templates::list_templates)
+        .service(templates::get_template)
+        .service(templates::update_template);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

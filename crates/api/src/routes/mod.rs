@@ -5,3 +5,6 @@ pub mod groups;
 pub mod handlers;
 pub mod health;
 pub mod jobs;
+pub mod notifications;
+pub mod settings;
+pub mod templates;
