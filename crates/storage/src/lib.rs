@@ -19,9 +19,9 @@ pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, T
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
 pub use notifications::{
-    BadCursor, NewNotification, NotificationCursor, NotificationPage, NotificationRecord,
-    NotificationRepo, OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TemplateRecord,
-    TemplateRepo, TemplateTexts, outbox_retry_delay,
+    NewNotification, NotificationCursor, NotificationPage, NotificationRecord, NotificationRepo,
+    OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TemplateRecord, TemplateRepo,
+    TemplateTexts, outbox_retry_delay,
 };
 pub use purge::{NotificationPurge, PurgeRepo};
 pub use sea_orm::DatabaseConnection;

@@ -1780,7 +1780,7 @@ mod notify_scenarios {
             match page.next_cursor {
                 Some(c) => {
                     // Cursors survive the trip through text.
-                    cursor = Some(c.to_string().parse().unwrap());
+                    cursor = Some(NotificationCursor::parse(&c.to_string()).unwrap());
                 }
                 None => break,
             }

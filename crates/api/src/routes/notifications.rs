@@ -48,7 +48,7 @@ pub async fn list_notifications(
     }
     let cursor = match q.cursor.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
         None => None,
-        Some(c) => Some(c.parse::<NotificationCursor>().map_err(|_| {
+        Some(c) => Some(NotificationCursor::parse(c).ok_or_else(|| {
             ApiError::field(
                 lang,
                 "cursor",

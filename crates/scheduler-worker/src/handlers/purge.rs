@@ -66,20 +66,17 @@ impl Handler for Purge {
         let store = self.store.clone();
         let batch = self.batch;
         let now = self.clock.now();
-        Box::pin(async move {
-            purge(&store, batch, now, &ctx)
-                .await
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { purge(&store, batch, now, &ctx).await })
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-enum PurgeError {
-    #[error("storage failed ({0:?}); {1}")]
-    Storage(StorageError, String),
-    #[error("stopped between batches; {0}")]
-    Stopped(String),
+/// Why a purge ended early, with what it had deleted by then.
+fn storage_failed(e: StorageError, so_far: &Counts) -> String {
+    format!("storage failed ({e:?}); {}", so_far.summary())
+}
+
+fn stopped(so_far: &Counts) -> String {
+    format!("stopped between batches; {}", so_far.summary())
 }
 
 async fn purge(
@@ -87,13 +84,13 @@ async fn purge(
     batch: u64,
     now: DateTime<Utc>,
     ctx: &RunContext,
-) -> Result<String, PurgeError> {
+) -> Result<String, String> {
     let mut counts = Counts::default();
     let raw = store
         .settings()
         .get(RETENTION_DAYS)
         .await
-        .map_err(|e| PurgeError::Storage(e, counts.summary()))?;
+        .map_err(|e| storage_failed(e, &counts))?;
     let days = settings::retention_days(raw.as_ref().map(|s| s.value.as_str()));
     if let Some(raw) = &raw
         && raw.value.trim() != days.to_string()
@@ -119,12 +116,12 @@ async fn purge(
     ctx.log.line(format!("audit_logs: {}", counts.audit_logs));
     loop {
         if ctx.stop.is_stopped() {
-            return Err(PurgeError::Stopped(counts.summary()));
+            return Err(stopped(&counts));
         }
         let done = purge
             .notifications_before(cutoff, batch)
             .await
-            .map_err(|e| PurgeError::Storage(e, counts.summary()))?;
+            .map_err(|e| storage_failed(e, &counts))?;
         counts.notifications += done.notifications;
         counts.outbox += done.outbox;
         if done.notifications < batch {
@@ -139,13 +136,14 @@ async fn purge(
 }
 
 /// Runs `step` (one batch) until a batch comes back short, checking the
-/// stop signal before each; returns the rows deleted.
+/// stop signal before each; returns the rows deleted. `so_far` holds the
+/// other tables' counts, for the message when it ends early.
 async fn batches<F, Fut>(
     ctx: &RunContext,
     batch: u64,
     so_far: &Counts,
     mut step: F,
-) -> Result<u64, PurgeError>
+) -> Result<u64, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<u64, StorageError>>,
@@ -153,14 +151,9 @@ where
     let mut total = 0;
     loop {
         if ctx.stop.is_stopped() {
-            return Err(PurgeError::Stopped(format!(
-                "{} (this table so far {total})",
-                so_far.summary()
-            )));
+            return Err(format!("{} (this table so far {total})", stopped(so_far)));
         }
-        let n = step()
-            .await
-            .map_err(|e| PurgeError::Storage(e, so_far.summary()))?;
+        let n = step().await.map_err(|e| storage_failed(e, so_far))?;
         total += n;
         if n < batch {
             return Ok(total);
