@@ -522,3 +522,19 @@ async fn templates_are_read_edited_and_used_by_the_next_alert() {
         "处理器 demo.echo，超时 1000 毫秒，第 2 次"
     );
 }
+
+#[test]
+fn a_short_webhook_secret_is_refused_at_start_up() {
+    let dir = common::TempDir::new("webhook-secret");
+    let out = std::process::Command::new(common::BIN)
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("QIWU_LISTEN", "127.0.0.1:0")
+        .env("QIWU_WEBHOOK_SECRET", "short")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("QIWU_WEBHOOK_SECRET"), "{stderr}");
+}
