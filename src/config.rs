@@ -25,8 +25,6 @@ pub struct Config {
     pub instance_id: String,
     /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
     /// deliveries with; without it nothing is delivered.
-    // Read by the worker wiring (`handlers::builtin_registry`).
-    #[allow(dead_code)]
     pub webhook_secret: Option<String>,
 }
 

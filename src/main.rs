@@ -7,8 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use qiwu_api::{AppState, Claims, JwtKeys, NoListener};
-use qiwu_storage::Store;
+use qiwu_api::{AppState, ChangeListener, Claims, JwtKeys};
+use qiwu_scheduler_worker::clock::SystemClock;
+use qiwu_scheduler_worker::{
+    ClusterConfig, Command as EngineCommand, Engine, EngineConfig, EngineHandle,
+};
+use qiwu_storage::{Change, Coord, Store};
+use tokio::sync::watch;
 
 use crate::config::Config;
 
@@ -57,6 +62,65 @@ enum Command {
 
 /// How long the super-admin token printed by `serve` stays valid.
 const STARTUP_TOKEN_HOURS: i64 = 24 * 30;
+/// How long running handlers get to stop at shutdown (SPEC §5).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How often every job is read again to repair a lost change message.
+const RECONCILE_EVERY: Duration = Duration::from_secs(60);
+
+/// Passes committed API changes to the in-process engine and, in a
+/// cluster, to every worker over Redis.
+struct Changes {
+    local: Option<EngineHandle>,
+    redis: Option<Coord>,
+}
+
+impl Changes {
+    fn publish(&self, change: Change) {
+        if let Some(coord) = &self.redis {
+            let coord = coord.clone();
+            // A lost message is repaired by the workers' reconciliation.
+            tokio::spawn(async move {
+                if let Err(e) = coord.publish(change).await {
+                    tracing::warn!(error = %e, ?change, "cannot publish a change; workers reconcile within 60 s");
+                }
+            });
+        }
+    }
+}
+
+impl ChangeListener for Changes {
+    fn job_changed(&self, job_id: i64) {
+        if let Some(local) = &self.local {
+            local.send(EngineCommand::JobChanged(job_id));
+        }
+        self.publish(Change::Job(job_id));
+    }
+
+    fn fire_queued(&self, fire_id: i64) {
+        if let Some(local) = &self.local {
+            local.send(EngineCommand::FireQueued(fire_id));
+        }
+        self.publish(Change::Fire(fire_id));
+    }
+}
+
+/// Which parts a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Serve,
+    Api,
+    Worker,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Serve => "serve",
+            Role::Api => "api",
+            Role::Worker => "worker",
+        }
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -123,18 +187,16 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
-        Command::Serve => serve(Config::from_env()?).await,
+        Command::Serve => serve(Config::from_env()?, Role::Serve).await,
         Command::Api => {
             let config = Config::from_env()?;
             config.require_cluster("api")?;
-            serve(config).await
+            serve(config, Role::Api).await
         }
         Command::Worker => {
             let config = Config::from_env()?;
             config.require_cluster("worker")?;
-            anyhow::bail!(
-                "`qiwu-scheduler worker` is not available yet: job execution is the next milestone (use `serve` meanwhile)"
-            )
+            serve(config, Role::Worker).await
         }
     }
 }
@@ -162,32 +224,107 @@ fn redact(url: &str) -> String {
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let store = open_store(&config).await?;
-    store.migrate().await.context("migrations failed")?;
-    store
-        .templates()
-        .seed_defaults(chrono::Utc::now())
-        .await
-        .context("cannot seed the notification templates")?;
-    let catalog = qiwu_scheduler_worker::handlers::builtin_catalog()
-        .context("the built-in handler catalog is invalid")?;
-    let secret = config.jwt_secret_or_file()?;
-    let keys = JwtKeys::from_secret(secret.as_bytes())?;
-    let state = AppState {
-        store,
-        catalog: std::sync::Arc::new(catalog),
+    if role == Role::Worker {
+        // Workers never migrate: several starting at once would race.
+        store.ping().await.context("the database does not answer")?;
+    } else {
+        store.migrate().await.context("migrations failed")?;
+        store
+            .templates()
+            .seed_defaults(chrono::Utc::now())
+            .await
+            .context("cannot seed the notification templates")?;
+    }
+    // A cluster: a server database plus Redis (always for api and worker).
+    let coord =
+        match (&config.redis_url, config.is_sqlite()) {
+            (Some(url), false) => Some(Coord::connect(url).await.with_context(|| {
+                format!("cannot reach Redis at QIWU_REDIS_URL ({})", redact(url))
+            })?),
+            _ => None,
+        };
+    if coord.is_some() {
+        let agreed = store
+            .cluster()
+            .agree_timezone(config.timezone.name(), chrono::Utc::now())
+            .await
+            .context("cannot read the cluster's time zone (run `qiwu-scheduler migrate` first?)")?;
+        if agreed != config.timezone.name() {
+            anyhow::bail!(
+                "QIWU_TIMEZONE={} differs from the cluster's zone {agreed}: every instance must use the same zone, or fire times would differ between instances",
+                config.timezone.name()
+            );
+        }
+    }
+    let registry = qiwu_scheduler_worker::handlers::builtin_registry(
+        store.clone(),
+        config.webhook_secret.clone(),
+    )
+    .context("the built-in handler registry is invalid")?;
+
+    let cluster = coord.clone().map(ClusterConfig::new);
+    let max_skew_ms = cluster.as_ref().map_or(0, |c| {
+        i64::try_from(c.max_skew.as_millis()).unwrap_or(i64::MAX)
+    });
+    let clock: std::sync::Arc<dyn qiwu_scheduler_worker::clock::Clock> = match &cluster {
+        Some(c) => c.clock.clone(),
+        None => std::sync::Arc::new(SystemClock),
+    };
+    let engine = (role != Role::Api).then(|| {
+        Engine::new(
+            store.clone(),
+            registry.clone(),
+            EngineConfig {
+                instance: config.instance_id.clone(),
+                timezone: config.timezone,
+                shutdown_grace: SHUTDOWN_GRACE,
+                reconcile_every: RECONCILE_EVERY,
+                close_all_running_at_start: cluster.is_none(),
+                on_timeout: std::sync::Arc::new(|info: qiwu_scheduler_worker::TimeoutInfo| {
+                    Box::pin(async move {
+                        tracing::warn!(job = info.job_id, name = %info.job_name, attempt = info.attempt, "attempt timed out");
+                    })
+                }),
+                cluster,
+            },
+            clock,
+        )
+    });
+    let skew = engine.as_ref().map(|(e, _)| e.skew());
+    let ops = qiwu_api::ops::Ops {
+        store: store.clone(),
+        coord: coord.clone(),
+        skew_ms: skew.filter(|_| coord.is_some()),
+        max_skew_ms,
+        role: role.name(),
+    };
+    let keys = match role {
+        Role::Worker => None,
+        _ => Some(JwtKeys::from_secret(
+            config.jwt_secret_or_file()?.as_bytes(),
+        )?),
+    };
+    let state = keys.as_ref().map(|keys| AppState {
+        store: store.clone(),
+        catalog: std::sync::Arc::new(registry.catalog().clone()),
         keys: keys.clone(),
         timezone: config.timezone,
-        changes: std::sync::Arc::new(NoListener),
-    };
+        changes: std::sync::Arc::new(Changes {
+            local: engine.as_ref().map(|(_, handle)| handle.clone()),
+            redis: coord.clone(),
+        }),
+    });
     let server = actix_web::HttpServer::new(move || {
-        actix_web::App::new()
-            .wrap(actix_web::middleware::Compress::default())
-            .configure(qiwu_api::configure(state.clone()))
+        let app = actix_web::App::new().wrap(actix_web::middleware::Compress::default());
+        match &state {
+            Some(state) => app.configure(qiwu_api::configure(state.clone(), ops.clone())),
+            None => app.configure(qiwu_api::ops::configure_worker(ops.clone())),
+        }
     })
     .workers(2)
-    .shutdown_timeout(10)
+    .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
     .disable_signals()
     .bind(config.listen)
     .with_context(|| format!("cannot listen on QIWU_LISTEN={}", config.listen))?;
@@ -195,23 +332,32 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let server = server.run();
     let handle = server.handle();
 
-    println!("Qiwu Scheduler listening on http://{addr}");
-    println!("API documentation: http://{addr}/docs/");
+    println!(
+        "Qiwu Scheduler ({}) listening on http://{addr}",
+        role.name()
+    );
+    if role != Role::Worker {
+        println!("API documentation: http://{addr}/docs/");
+    }
     println!(
         "Time zone: {} · instance: {}",
         config.timezone, config.instance_id
     );
-    let token = keys.mint(&Claims {
-        sub: "admin".into(),
-        name: "Super admin".into(),
-        perms: vec![],
-        super_admin: true,
-        exp: (chrono::Utc::now() + chrono::Duration::hours(STARTUP_TOKEN_HOURS)).timestamp(),
-    })?;
-    println!(
-        "Super-admin token (valid {} days): {token}",
-        STARTUP_TOKEN_HOURS / 24
-    );
+    if role == Role::Serve
+        && let Some(keys) = &keys
+    {
+        let token = keys.mint(&Claims {
+            sub: "admin".into(),
+            name: "Super admin".into(),
+            perms: vec![],
+            super_admin: true,
+            exp: (chrono::Utc::now() + chrono::Duration::hours(STARTUP_TOKEN_HOURS)).timestamp(),
+        })?;
+        println!(
+            "Super-admin token (valid {} days): {token}",
+            STARTUP_TOKEN_HOURS / 24
+        );
+    }
     if config.database_is_default {
         println!(
             "Database: {} (set QIWU_DATABASE_URL to change)",
@@ -219,16 +365,30 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         );
     }
 
+    let (stop_tx, stop_rx) = watch::channel(false);
     let server_task = tokio::spawn(server);
+    let engine_task = engine.map(|(engine, _)| tokio::spawn(engine.run(stop_rx)));
     shutdown_signal().await;
-    tracing::info!("stopping: finishing requests in flight (at most 10 s)");
-    // The HTTP server waits for requests in flight; the bound keeps a stuck
-    // request from holding the process forever.
-    if tokio::time::timeout(Duration::from_secs(11), handle.stop(true))
-        .await
-        .is_err()
-    {
-        tracing::warn!("requests still running after 10 s; exiting anyway");
+    tracing::info!("stopping: finishing requests and runs in flight (at most 10 s)");
+    let _ = stop_tx.send(true);
+    // Both wait at most the grace period; the bound on top keeps a stuck
+    // request or handler from holding the process.
+    let limit = SHUTDOWN_GRACE + Duration::from_secs(1);
+    let engine_done = async {
+        match engine_task {
+            Some(task) => Some(tokio::time::timeout(limit, task).await),
+            None => None,
+        }
+    };
+    let (http, engine) = tokio::join!(tokio::time::timeout(limit, handle.stop(true)), engine_done);
+    if http.is_err() {
+        tracing::warn!("requests still running after the grace period; exiting anyway");
+    }
+    match engine {
+        None | Some(Ok(Ok(Ok(())))) => {}
+        Some(Ok(Ok(Err(e)))) => tracing::error!(error = %e, "the engine stopped with an error"),
+        Some(Ok(Err(e))) => tracing::error!(error = %e, "the engine task failed"),
+        Some(Err(_)) => tracing::warn!("the engine did not stop within the grace period"),
     }
     match server_task.await {
         Ok(Ok(())) => Ok(()),

@@ -36,7 +36,45 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if !self.0.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Every run of a job, oldest first, read straight from the database.
+pub async fn runs_of(
+    store: &qiwu_storage::Store,
+    job_id: i64,
+) -> Vec<qiwu_storage::entity::run::Model> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+    qiwu_storage::entity::run::Entity::find()
+        .filter(qiwu_storage::entity::run::Column::JobId.eq(job_id))
+        .order_by_asc(qiwu_storage::entity::run::Column::Id)
+        .all(store.connection())
+        .await
+        .expect("read runs")
+}
+
+/// Waits (polling the database every 100 ms, at most `limit`) until
+/// `done` holds for the job's runs; returns the runs.
+pub async fn wait_for_runs(
+    store: &qiwu_storage::Store,
+    job_id: i64,
+    limit: Duration,
+    done: impl Fn(&[qiwu_storage::entity::run::Model]) -> bool,
+) -> Vec<qiwu_storage::entity::run::Model> {
+    let start = std::time::Instant::now();
+    loop {
+        let runs = runs_of(store, job_id).await;
+        if done(&runs) {
+            return runs;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}; runs: {runs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -162,12 +200,53 @@ impl Server {
         }
     }
 
+    /// Starts `serve` again on the same directory and SQLite file.
+    pub fn restart(dir: TempDir) -> Server {
+        let url = format!("sqlite://{}/qiwu.db", dir.path().display());
+        let env: Vec<(&str, String)> = vec![
+            ("QIWU_LISTEN", "127.0.0.1:0".into()),
+            ("QIWU_DATABASE_URL", url),
+            ("QIWU_JWT_SECRET", SECRET.into()),
+            ("QIWU_TIMEZONE", "UTC".into()),
+        ];
+        Server::spawn(dir, &["serve"], &env, true)
+    }
+
+    /// Kills the process (SIGKILL) and hands back its directory.
+    pub fn kill(mut self) -> TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.take_dir()
+    }
+
+    /// Stops with SIGTERM, asserts a clean exit, and hands back the directory.
+    pub fn stop(mut self) -> TempDir {
+        let status = self.terminate_in_place();
+        assert!(status.success(), "SIGTERM exits 0, got {status}");
+        self.take_dir()
+    }
+
+    fn take_dir(&mut self) -> TempDir {
+        std::mem::replace(&mut self.dir, TempDir(PathBuf::new()))
+    }
+
+    /// A connection to the server's SQLite file, to read the run log.
+    pub async fn store(&self) -> qiwu_storage::Store {
+        qiwu_storage::Store::connect(&format!("sqlite://{}/qiwu.db", self.dir.path().display()))
+            .await
+            .expect("open the server's database")
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
 
     /// Sends SIGTERM and returns the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.terminate_in_place()
+    }
+
+    fn terminate_in_place(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
         let status = Command::new("kill")
             .args(["-TERM", &pid])

@@ -3,7 +3,7 @@
 use chrono::{DateTime, FixedOffset, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::{HandlerDescriptor, Lang, builtin};
-use qiwu_storage::{GroupRecord, JobRecord};
+use qiwu_storage::{AuditRecord, GroupRecord, JobRecord, RunRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -168,6 +168,212 @@ pub struct RunSummaryDto {
     pub instance: String,
 }
 
+impl RunSummaryDto {
+    pub fn new(r: RunRecord) -> RunSummaryDto {
+        RunSummaryDto {
+            id: r.id,
+            fire_id: r.fire_id,
+            job_id: r.job_id,
+            job_name: r.job_name,
+            handler: r.handler,
+            trigger: r.trigger,
+            scheduled_at: r.scheduled_at,
+            attempt: r.attempt,
+            status: r.status,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            duration_ms: r.duration_ms,
+            instance: r.instance,
+        }
+    }
+}
+
+/// One run with what the handler wrote.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunDetailDto {
+    #[serde(flatten)]
+    pub run: RunSummaryDto,
+    /// Log lines the handler wrote plus its return value (at most 16 000
+    /// characters).
+    pub output: String,
+    /// Why the attempt failed (at most 4 000 characters); empty on success.
+    pub error: String,
+}
+
+impl RunDetailDto {
+    pub fn new(mut r: RunRecord) -> RunDetailDto {
+        let output = std::mem::take(&mut r.output);
+        let error = std::mem::take(&mut r.error);
+        RunDetailDto {
+            run: RunSummaryDto::new(r),
+            output,
+            error,
+        }
+    }
+}
+
+/// A page of the run log.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPage {
+    /// Newest first.
+    pub items: Vec<RunSummaryDto>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Filters and paging of the run list. Values are read as text so that a
+/// bad one is answered with the name of its parameter.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+pub struct RunQuery {
+    /// Exact job id.
+    #[param(value_type = Option<i64>)]
+    pub job_id: Option<String>,
+    /// Part of the job name, case-insensitive.
+    pub job_name: Option<String>,
+    /// Exact, full handler name.
+    pub handler: Option<String>,
+    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    pub status: Option<String>,
+    /// Runs that started at or after this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub started_from: Option<String>,
+    /// Runs that started at or before this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub started_to: Option<String>,
+    /// 1–100, default 20.
+    #[param(value_type = Option<u32>)]
+    pub limit: Option<String>,
+    /// The `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// Filters of the run export: those of the run list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+pub struct RunExportQuery {
+    /// Exact job id.
+    #[param(value_type = Option<i64>)]
+    pub job_id: Option<String>,
+    /// Part of the job name, case-insensitive.
+    pub job_name: Option<String>,
+    /// Exact, full handler name.
+    pub handler: Option<String>,
+    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    pub status: Option<String>,
+    /// Runs that started at or after this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub started_from: Option<String>,
+    /// Runs that started at or before this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub started_to: Option<String>,
+}
+
+/// Filters of the job export: those of the job list, without paging.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+pub struct JobExportQuery {
+    /// Part of the name, case-insensitive.
+    pub name: Option<String>,
+    /// Exact group code.
+    pub group: Option<String>,
+    /// Exact handler name.
+    pub handler: Option<String>,
+    /// `true` or `false`.
+    #[param(value_type = Option<bool>)]
+    pub enabled: Option<String>,
+}
+
+/// An .xlsx workbook.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct XlsxFile(pub Vec<u8>);
+
+/// One audit log entry.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditDto {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    /// The `sub` of the caller who did it.
+    pub actor: String,
+    /// `job.create`, `job.modify`, `job.enable`, `job.disable`, `job.delete`,
+    /// `job.export`, `job.run`, `run.delete`, `run.clear` or `run.export`.
+    pub action: String,
+    /// The action in the request's language.
+    pub action_label: String,
+    /// `job` or `run`.
+    pub target_type: String,
+    /// Null for actions on many objects (export, clear, batch delete of runs).
+    pub target_id: Option<String>,
+    pub summary: String,
+    /// The object before the change (a job as in `JobDto`), if any.
+    #[schema(value_type = Option<Object>)]
+    pub before: Option<Value>,
+    /// The object after the change, or what an export or batch covered.
+    #[schema(value_type = Option<Object>)]
+    pub after: Option<Value>,
+}
+
+impl AuditDto {
+    pub fn new(a: AuditRecord, lang: Lang) -> AuditDto {
+        AuditDto {
+            action_label: crate::audit::Action::from_code(&a.action)
+                .map_or_else(|| a.action.clone(), |x| x.label(lang).to_string()),
+            id: a.id,
+            at: a.at,
+            actor: a.actor,
+            action: a.action,
+            target_type: a.target_type,
+            target_id: a.target_id,
+            summary: a.summary,
+            before: a.before,
+            after: a.after,
+        }
+    }
+}
+
+/// A page of the audit log.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditPage {
+    /// Newest first.
+    pub items: Vec<AuditDto>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Filters and paging of the audit log.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+pub struct AuditQuery {
+    /// Exact `sub` of the actor.
+    pub actor: Option<String>,
+    /// An action code, such as `job.modify`.
+    pub action: Option<String>,
+    /// `job` or `run`.
+    pub target_type: Option<String>,
+    /// Exact target id.
+    pub target_id: Option<String>,
+    /// Entries at or after this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub from: Option<String>,
+    /// Entries at or before this instant (RFC 3339).
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub to: Option<String>,
+    /// 1–100, default 20.
+    #[param(value_type = Option<u32>)]
+    pub limit: Option<String>,
+    /// The `nextCursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
 /// Fields of a job a client writes. On create, absent fields take their
 /// defaults; on update, absent fields keep their current values.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -241,7 +447,7 @@ pub struct EnabledWrite {
     pub version: Option<i64>,
 }
 
-/// Jobs to delete.
+/// Ids of jobs or runs to delete.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IdList {

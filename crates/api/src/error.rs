@@ -163,6 +163,14 @@ impl ApiError {
             StorageError::AlreadyExists => {
                 ErrorKind::Conflict(Text::new("记录已存在", "It already exists"))
             }
+            // Every list that pages by cursor calls the parameter `cursor`.
+            StorageError::InvalidCursor => ErrorKind::Validation(vec![ProblemFieldText::new(
+                "cursor",
+                Text::new(
+                    "cursor 无效：请原样传回上一页返回的 nextCursor",
+                    "Invalid cursor: pass back the nextCursor of the previous page unchanged",
+                ),
+            )]),
             other => ErrorKind::Internal(Box::new(other)),
         };
         ApiError::new(lang, kind)

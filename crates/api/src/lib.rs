@@ -2,10 +2,14 @@
 //! storage crates, bearer-JWT auth, problem+json errors and the OpenAPI
 //! document generated from the handlers themselves.
 
+pub mod audit;
 pub mod auth;
 pub mod dto;
 pub mod error;
+pub mod export;
 pub mod notify_dto;
+pub mod ops;
+pub mod query;
 pub mod routes;
 pub mod state;
 
@@ -31,11 +35,22 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::list_jobs)
         .service(jobs::create_job)
         .service(jobs::batch_delete)
+        // Before `/api/jobs/{id}`, which would take `export` for an id.
+        .service(job_export::export_jobs)
         .service(jobs::get_job)
         .service(jobs::update_job)
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
-        .service(cron::preview);
+        .service(fires::run_once)
+        .service(cron::preview)
+        .service(runs::list_runs)
+        // Before `/api/runs/{id}`, which would take `export` for an id.
+        .service(runs::export_runs)
+        .service(runs::batch_delete_runs)
+        .service(runs::clear_runs)
+        .service(runs::get_run)
+        .service(runs::delete_run)
+        .service(audit_logs::list_audit_logs);
     // Settings, the inbox and notification templates (super admins).
     cfg.service(settings::list_settings)
         .service(settings::update_setting)
@@ -99,10 +114,12 @@ pub fn openapi_json() -> String {
 
 /// Configures an actix `App` with the state, every route, `/openapi.json`
 /// and the Swagger UI at `/docs`.
-pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+pub fn configure(state: AppState, ops: ops::Ops) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let doc = openapi();
         cfg.app_data(web::Data::new(state))
+            .app_data(web::Data::new(ops))
+            .route("/metrics", web::get().to(ops::metrics))
             .app_data(error::json_config())
             .app_data(error::query_config())
             .app_data(error::path_config());

@@ -8,9 +8,11 @@ use qiwu_storage::Store;
 
 use crate::auth::JwtKeys;
 
-/// Called after a job change is committed, so timers everywhere re-arm.
+/// Told after a change is committed, so timers everywhere re-arm and
+/// queued fires start without waiting for the next reconciliation.
 pub trait ChangeListener: Send + Sync {
     fn job_changed(&self, job_id: i64);
+    fn fire_queued(&self, fire_id: i64);
 }
 
 /// A listener for processes that run no timers.
@@ -18,6 +20,7 @@ pub struct NoListener;
 
 impl ChangeListener for NoListener {
     fn job_changed(&self, _job_id: i64) {}
+    fn fire_queued(&self, _fire_id: i64) {}
 }
 
 #[derive(Clone)]

@@ -64,6 +64,13 @@ impl StopSignal {
     }
 }
 
+/// Resolves once the process-wide shutdown flag turns true (or its sender
+/// is gone). The borrow of the flag ends here, so callers may hold the
+/// future across threads.
+pub async fn shutting_down(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|stop| *stop).await;
+}
+
 /// Most characters of a run's `output` (SPEC §6).
 pub const MAX_OUTPUT_CHARS: usize = 16_000;
 /// Most characters of a run's `error` (SPEC §6).

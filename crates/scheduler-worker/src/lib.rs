@@ -3,8 +3,11 @@
 
 pub mod alerts;
 pub mod clock;
+pub mod cluster;
 pub mod context;
+pub mod engine;
 mod error;
+mod executor;
 pub mod handlers;
 pub mod seed;
 #[cfg(test)]
@@ -12,5 +15,7 @@ mod test_support;
 pub mod timer;
 
 pub use alerts::{TimeoutAlert, raise_timeout_alert};
+pub use cluster::{ClusterConfig, DbClock};
+pub use engine::{Command, Engine, EngineConfig, EngineHandle, OnTimeout, TimeoutInfo};
 pub use error::WorkerError;
 pub use seed::seed_builtin_jobs;

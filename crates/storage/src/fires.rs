@@ -391,6 +391,35 @@ impl FireRepo<'_> {
         Ok(result.rows_affected == 1)
     }
 
+    /// True while some run of the job is `running` (on any instance).
+    pub async fn has_running(&self, job_id: i64) -> Result<bool, StorageError> {
+        let found = run::Entity::find()
+            .select_only()
+            .column(run::Column::Id)
+            .filter(run::Column::JobId.eq(job_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .into_tuple::<i64>()
+            .one(self.store.connection())
+            .await?;
+        Ok(found.is_some())
+    }
+
+    /// One fire, if it is still pending.
+    pub async fn pending_by_id(&self, fire_id: i64) -> Result<Option<PendingFire>, StorageError> {
+        let row = fire::Entity::find_by_id(fire_id)
+            .filter(fire::Column::State.eq("pending"))
+            .one(self.store.connection())
+            .await?;
+        row.map(|f| {
+            Ok(PendingFire {
+                id: f.id,
+                job_id: f.job_id,
+                scheduled_at: from_millis(f.scheduled_at)?,
+            })
+        })
+        .transpose()
+    }
+
     /// Pending fires, oldest first.
     pub async fn pending(&self, limit: u64) -> Result<Vec<PendingFire>, StorageError> {
         let rows = fire::Entity::find()

@@ -14,7 +14,7 @@ use crate::{StorageError, Store};
 
 /// Escape character for LIKE patterns. Not a backslash: MySQL string literals
 /// treat it specially while PostgreSQL's do not, so `ESCAPE '\'` is not portable.
-const LIKE_ESCAPE: char = '!';
+pub(crate) const LIKE_ESCAPE: char = '!';
 
 /// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
 const IN_CHUNK: usize = 500;
@@ -408,7 +408,7 @@ fn name_contains(needle: &str) -> Expr {
 }
 
 /// Makes `%`, `_` and the escape character itself match literally.
-fn escape_like(s: &str) -> String {
+pub(crate) fn escape_like(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     for c in s.chars() {
         if matches!(c, '%' | '_') || c == LIKE_ESCAPE {

@@ -2,18 +2,26 @@
 //! hand-written entities for every table, and repositories that turn rows into
 //! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod audit;
+mod cluster;
+mod coord;
 pub mod entity;
 mod error;
 mod fires;
 mod groups;
 mod jobs;
+mod keyset;
 mod notifications;
 mod purge;
+mod runs;
 mod seeds;
 mod settings;
 mod store;
 pub mod timestamp;
 
+pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
+pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
+pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
 pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
@@ -24,6 +32,7 @@ pub use notifications::{
     TemplateTexts, outbox_retry_delay,
 };
 pub use purge::{NotificationPurge, PurgeRepo};
+pub use runs::{EXPORT_ERROR_CHARS, RunCursor, RunExportRow, RunFilter, RunRecord, RunRepo};
 pub use sea_orm::DatabaseConnection;
 pub use settings::{SETTING_MODIFY_ACTION, SettingChange, SettingRecord, SettingRepo};
 pub use store::{Backend, Store};

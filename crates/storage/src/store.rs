@@ -101,6 +101,17 @@ impl Store {
         self.backend
     }
 
+    /// Calls `callback` with the SQL of every statement this handle (and
+    /// its later clones) sends; used by the benchmark and metrics. Set it
+    /// before cloning the store.
+    pub fn on_statement(
+        &mut self,
+        callback: impl Fn(&str, std::time::Duration) + Send + Sync + 'static,
+    ) {
+        self.db
+            .set_metric_callback(move |info| callback(&info.statement.sql, info.elapsed));
+    }
+
     pub fn connection(&self) -> &DatabaseConnection {
         &self.db
     }

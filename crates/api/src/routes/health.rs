@@ -9,6 +9,11 @@ use crate::state::AppState;
 #[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, body = Health)))]
 #[get("/healthz")]
 pub async fn healthz() -> HttpResponse {
+    healthz_plain().await
+}
+
+/// The liveness answer, for routers without OpenAPI registration.
+pub async fn healthz_plain() -> HttpResponse {
     HttpResponse::Ok().json(Health {
         status: "ok".into(),
     })

@@ -9,9 +9,10 @@ use qiwu_domain::{CronExpr, Lang, builtin};
 use qiwu_storage::{JobFilter, JobRecord, NewJob, StorageError};
 use serde_json::{Map, Value, json};
 
+use crate::audit::{self, Action, Target, job_json};
 use crate::auth::{Permission, Principal};
 use crate::dto::{
-    EnabledWrite, IdList, JobDetailDto, JobDto, JobPage, JobQuery, JobWrite, in_zone,
+    EnabledWrite, IdList, JobDetailDto, JobDto, JobPage, JobQuery, JobWrite, RunSummaryDto, in_zone,
 };
 use crate::error::{ApiError, Problem, ProblemFieldText};
 use crate::state::AppState;
@@ -19,6 +20,8 @@ use crate::state::AppState;
 const DEFAULT_PAGE_SIZE: u64 = 20;
 const MAX_PAGE_SIZE: u64 = 100;
 const MAX_BATCH: usize = 1000;
+/// Runs shown in a job's detail.
+const RECENT_RUNS: u64 = 10;
 
 /// Lists jobs matching the filters, a page at a time, ordered by id.
 #[utoipa::path(
@@ -187,6 +190,17 @@ pub async fn create_job(
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
     state.changes.job_changed(created.id);
+    audit::record(
+        &state,
+        &who,
+        Action::JobCreate,
+        Target::Job,
+        Some(created.id.to_string()),
+        format!("创建任务「{}」", created.name),
+        None,
+        job_json(&created),
+    )
+    .await;
     tracing::info!(job = created.id, actor = %who.sub, "job created");
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/jobs/{}", created.id)))
@@ -250,7 +264,13 @@ pub async fn get_job(
         .to_string()
     });
     let recent_runs = if who.has(Permission::RunBrowse) {
-        Some(vec![])
+        let runs = state
+            .store
+            .runs()
+            .recent_for_job(job.id, RECENT_RUNS)
+            .await
+            .map_err(|e| ApiError::storage(lang, e))?;
+        Some(runs.into_iter().map(RunSummaryDto::new).collect())
     } else {
         None
     };
@@ -338,6 +358,17 @@ pub async fn update_job(
             other => ApiError::storage(lang, other),
         })?;
     state.changes.job_changed(id);
+    audit::record(
+        &state,
+        &who,
+        Action::JobModify,
+        Target::Job,
+        Some(id.to_string()),
+        format!("修改任务「{}」", updated.name),
+        job_json(&current),
+        job_json(&updated),
+    )
+    .await;
     tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
     Ok(HttpResponse::Ok().json(JobDto::new(updated, lang)))
 }
@@ -369,6 +400,8 @@ pub async fn set_enabled(
     let lang = who.lang;
     let id = id.into_inner();
     let body = body.into_inner();
+    // Read first: the audit entry keeps the job as it was.
+    let before = load(&state, lang, id).await?;
     let job = state
         .store
         .jobs()
@@ -379,6 +412,25 @@ pub async fn set_enabled(
             other => ApiError::storage(lang, other),
         })?;
     state.changes.job_changed(id);
+    // Setting the state it already had changes nothing (same version).
+    if job.version != before.version {
+        let (action, verb) = if job.enabled {
+            (Action::JobEnable, "启用")
+        } else {
+            (Action::JobDisable, "停用")
+        };
+        audit::record(
+            &state,
+            &who,
+            action,
+            Target::Job,
+            Some(id.to_string()),
+            format!("{verb}任务「{}」", job.name),
+            job_json(&before),
+            job_json(&job),
+        )
+        .await;
+    }
     tracing::info!(job = id, enabled = body.enabled, actor = %who.sub, "job enabled state set");
     Ok(HttpResponse::Ok().json(JobDto::new(job, lang)))
 }
@@ -411,10 +463,11 @@ pub async fn delete_job(
         .delete(id)
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
-    if deleted.is_none() {
+    let Some(deleted) = deleted else {
         return Err(ApiError::job_not_found(lang, id));
-    }
+    };
     state.changes.job_changed(id);
+    audit::record_all(&state, &who, vec![delete_entry(&deleted)]).await;
     tracing::info!(job = id, actor = %who.sub, "job deleted");
     Ok(HttpResponse::NoContent().finish())
 }
@@ -458,6 +511,19 @@ pub async fn batch_delete(
     for job in &deleted {
         state.changes.job_changed(job.id);
     }
+    audit::record_all(&state, &who, deleted.iter().map(delete_entry).collect()).await;
     tracing::info!(count = deleted.len(), actor = %who.sub, "jobs deleted");
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// The audit entry of one deleted job; a batch delete writes one per job.
+fn delete_entry(job: &JobRecord) -> audit::Entry {
+    audit::Entry {
+        action: Action::JobDelete,
+        target_type: Target::Job,
+        target_id: Some(job.id.to_string()),
+        summary: format!("删除任务「{}」", job.name),
+        before: job_json(job),
+        after: None,
+    }
 }

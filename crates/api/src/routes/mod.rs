@@ -1,10 +1,14 @@
 //! HTTP handlers: extract, call, map the error. Nothing else lives here.
 
+pub mod audit_logs;
 pub mod cron;
+pub mod fires;
 pub mod groups;
 pub mod handlers;
 pub mod health;
+pub mod job_export;
 pub mod jobs;
 pub mod notifications;
+pub mod runs;
 pub mod settings;
 pub mod templates;

@@ -1,0 +1,225 @@
+//! Fire-lag benchmark: N every-second jobs for S seconds on SQLite and on
+//! PostgreSQL, in-process. Prints fires/s, lag (start − scheduled) p50, p99
+//! and max, and the database statements sent per fire.
+//!
+//! `cargo bench --bench fire_lag` (release), or quicker
+//! `cargo bench --profile dev --bench fire_lag`. Environment:
+//! `QIWU_BENCH_JOBS` (100), `QIWU_BENCH_SECONDS` (30), `QIWU_BENCH_DATABASES`
+//! (`sqlite,postgres,mysql`), `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use qiwu_scheduler_worker::clock::SystemClock;
+use qiwu_scheduler_worker::handlers::builtin_registry;
+use qiwu_scheduler_worker::{Engine, EngineConfig};
+use qiwu_storage::{NewJob, Store};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
+use serde_json::json;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Counts statements by their first words (`INSERT INTO runs`, `UPDATE runs`…).
+#[derive(Default)]
+struct Counter {
+    total: AtomicU64,
+    by_kind: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Counter {
+    fn record(&self, sql: &str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let kind: String = sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+        if let Ok(mut map) = self.by_kind.lock() {
+            *map.entry(kind).or_default() += 1;
+        }
+    }
+
+    fn reset(&self) {
+        self.total.store(0, Ordering::Relaxed);
+        if let Ok(mut map) = self.by_kind.lock() {
+            map.clear();
+        }
+    }
+}
+
+async fn database(kind: &str) -> (String, Option<(Store, String)>) {
+    let name = format!("qiwu_bench_{}", std::process::id());
+    match kind {
+        "sqlite" => {
+            let dir = std::env::temp_dir().join(&name);
+            let _ = std::fs::remove_dir_all(&dir);
+            (format!("sqlite://{}/bench.db", dir.display()), None)
+        }
+        "postgres" => {
+            let base = std::env::var("QIWU_TEST_POSTGRES_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
+            let admin = Store::connect(&format!("{base}/postgres"))
+                .await
+                .expect("PostgreSQL is reachable");
+            let _ = admin
+                .connection()
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+                .await;
+            admin
+                .connection()
+                .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                .await
+                .expect("create database");
+            (format!("{base}/{name}"), Some((admin, name)))
+        }
+        "mysql" => {
+            let base = std::env::var("QIWU_TEST_MYSQL_URL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
+            let admin = Store::connect(&base).await.expect("MySQL is reachable");
+            let _ = admin
+                .connection()
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
+                .await;
+            admin
+                .connection()
+                .execute_unprepared(&format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"))
+                .await
+                .expect("create database");
+            (format!("{base}/{name}"), Some((admin, name)))
+        }
+        other => panic!("unknown database {other}"),
+    }
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+async fn bench(kind: &str, jobs: usize, seconds: u64) {
+    let (url, admin) = database(kind).await;
+    let counter = Arc::new(Counter::default());
+    let mut store = Store::connect(&url).await.expect("connect");
+    let c = Arc::clone(&counter);
+    store.on_statement(move |sql, _| c.record(sql));
+    store.migrate().await.expect("migrate");
+    let now = chrono::Utc::now();
+    for i in 0..jobs {
+        let job = NewJob {
+            name: format!("bench-{i}"),
+            group: "default".into(),
+            handler: "demo.echo".into(),
+            params: json!({"message": "tick", "delayMs": 0}),
+            cron: "* * * * * *".into(),
+            timezone: None,
+            enabled: true,
+            retry_count: 0,
+            retry_interval_ms: 1000,
+            timeout_ms: 60_000,
+            allow_concurrent: false,
+            misfire_policy: "skip".into(),
+            remark: String::new(),
+            builtin_key: None,
+        };
+        store
+            .jobs()
+            .create(&job, "bench", now)
+            .await
+            .expect("create job");
+    }
+    let registry = builtin_registry(store.clone(), None).expect("registry");
+    let (engine, _handle) = Engine::new(
+        store.clone(),
+        registry,
+        EngineConfig {
+            instance: "bench".into(),
+            timezone: chrono_tz::UTC,
+            shutdown_grace: Duration::from_secs(10),
+            reconcile_every: Duration::from_secs(3600),
+            close_all_running_at_start: true,
+            on_timeout: Arc::new(|_| Box::pin(async {})),
+            cluster: None,
+        },
+        Arc::new(SystemClock),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(engine.run(stop_rx));
+    // Skip the start-up second, then measure a window of whole seconds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let window_start = chrono::Utc::now().timestamp_millis();
+    counter.reset();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let statements = counter.total.load(Ordering::Relaxed);
+    let kinds = counter
+        .by_kind
+        .lock()
+        .map(|m| m.clone())
+        .unwrap_or_default();
+    let window_end = chrono::Utc::now().timestamp_millis();
+    let _ = stop_tx.send(true);
+    let _ = task.await;
+
+    use qiwu_storage::entity::run;
+    let runs = run::Entity::find()
+        .filter(run::Column::ScheduledAt.gte(window_start))
+        .filter(run::Column::ScheduledAt.lt(window_end))
+        .all(store.connection())
+        .await
+        .expect("read runs");
+    let mut lags: Vec<i64> = runs.iter().map(|r| r.started_at - r.scheduled_at).collect();
+    lags.sort_unstable();
+    let fires = runs.len() as f64;
+    let span = (window_end - window_start) as f64 / 1000.0;
+    let expected = jobs as f64 * span.floor();
+    let skipped = runs.iter().filter(|r| r.status == "skipped").count();
+    println!(
+        "{kind:>8} | jobs {jobs} | {span:.1} s | fires {fires} (expected ≈{expected}) | {:.1} fires/s | lag p50 {} ms, p99 {} ms, max {} ms | skipped {skipped} | statements/fire {:.2}",
+        fires / span,
+        percentile(&lags, 50.0),
+        percentile(&lags, 99.0),
+        lags.last().copied().unwrap_or(0),
+        statements as f64 / fires.max(1.0),
+    );
+    for (kind, n) in kinds {
+        println!("           {n:>7}  {kind}");
+    }
+    drop(store);
+    if let Some((admin, name)) = admin {
+        let sql = match kind {
+            "postgres" => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            _ => format!("DROP DATABASE IF EXISTS {name}"),
+        };
+        let _ = admin
+            .connection()
+            .execute_raw(Statement::from_string(
+                admin.connection().get_database_backend(),
+                sql,
+            ))
+            .await;
+    }
+}
+
+fn main() {
+    let jobs = env_or("QIWU_BENCH_JOBS", 100usize);
+    let seconds = env_or("QIWU_BENCH_SECONDS", 30u64);
+    let databases =
+        std::env::var("QIWU_BENCH_DATABASES").unwrap_or_else(|_| "sqlite,postgres".into());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!("fire lag: {jobs} every-second jobs, {seconds} s per database");
+    for kind in databases
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+    {
+        runtime.block_on(bench(kind, jobs, seconds));
+    }
+}

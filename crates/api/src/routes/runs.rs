@@ -1,0 +1,365 @@
+//! The run log: list, detail, delete one or many, clear, export.
+
+use actix_web::{HttpResponse, delete, get, post, web};
+use chrono::Utc;
+use qiwu_domain::Lang;
+use qiwu_storage::{RunCursor, RunFilter};
+use serde_json::json;
+
+use crate::audit::{self, Action, Target};
+use crate::auth::{Permission, Principal};
+use crate::dto::{
+    IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto, XlsxFile,
+};
+use crate::error::{ApiError, Problem};
+use crate::export::{self, MAX_EXPORT_ROWS};
+use crate::query;
+use crate::state::AppState;
+
+const STATUSES: [&str; 5] = ["running", "success", "failed", "skipped", "timeout"];
+const MAX_BATCH: usize = 1000;
+
+/// The filters shared by the list and the export, each checked and named.
+fn run_filter(
+    lang: Lang,
+    job_id: Option<String>,
+    job_name: Option<String>,
+    handler: Option<String>,
+    status: Option<String>,
+    started_from: Option<String>,
+    started_to: Option<String>,
+) -> Result<RunFilter, ApiError> {
+    let filter = RunFilter {
+        job_id: query::id(lang, "jobId", job_id)?,
+        job_name: query::text(job_name),
+        handler: query::text(handler),
+        status: query::one_of(lang, "status", status, &STATUSES)?,
+        started_from: query::instant(lang, "startedFrom", started_from)?,
+        started_to: query::instant(lang, "startedTo", started_to)?,
+    };
+    query::range(lang, "startedTo", filter.started_from, filter.started_to)?;
+    Ok(filter)
+}
+
+fn run_not_found(lang: Lang, id: i64) -> ApiError {
+    ApiError::not_found(
+        lang,
+        format!("执行记录 {id} 不存在"),
+        format!("Run {id} does not exist"),
+    )
+}
+
+/// The filters as the audit log records them.
+fn filter_json(f: &RunFilter) -> serde_json::Value {
+    json!({
+        "jobId": f.job_id,
+        "jobName": f.job_name,
+        "handler": f.handler,
+        "status": f.status,
+        "startedFrom": f.started_from,
+        "startedTo": f.started_to,
+    })
+}
+
+/// Lists runs newest first, a page at a time; pass `nextCursor` back as
+/// `cursor` for the next page.
+#[utoipa::path(
+    tag = "runs",
+    summary = "List and search the run log",
+    security(("bearer" = [])),
+    params(RunQuery),
+    responses(
+        (status = 200, body = RunPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/runs")]
+pub async fn list_runs(
+    state: web::Data<AppState>,
+    who: Principal,
+    query: web::Query<RunQuery>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunBrowse])?;
+    let lang = who.lang;
+    let q = query.into_inner();
+    let filter = run_filter(
+        lang,
+        q.job_id,
+        q.job_name,
+        q.handler,
+        q.status,
+        q.started_from,
+        q.started_to,
+    )?;
+    let limit = query::limit(lang, q.limit)?;
+    let cursor = query::text(q.cursor)
+        .map(|c| RunCursor::decode(&c))
+        .transpose()
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let (items, next) = state
+        .store
+        .runs()
+        .list(&filter, limit, cursor)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    Ok(HttpResponse::Ok().json(RunPage {
+        items: items.into_iter().map(RunSummaryDto::new).collect(),
+        next_cursor: next.map(|c| c.encode()),
+    }))
+}
+
+/// Exports the runs matching the filters (newest first, at most 100 000)
+/// as an Excel workbook.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Export runs to Excel",
+    security(("bearer" = [])),
+    params(RunExportQuery),
+    responses(
+        (status = 200, description = "The workbook; `X-Export-Truncated: true` when more than 100 000 runs matched",
+            body = XlsxFile, content_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            headers(("Content-Disposition" = String, description = "attachment; filename=\"runs-YYYYMMDD-HHMMSS.xlsx\""))),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/runs/export")]
+pub async fn export_runs(
+    state: web::Data<AppState>,
+    who: Principal,
+    query: web::Query<RunExportQuery>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunExport])?;
+    let lang = who.lang;
+    let q = query.into_inner();
+    let filter = run_filter(
+        lang,
+        q.job_id,
+        q.job_name,
+        q.handler,
+        q.status,
+        q.started_from,
+        q.started_to,
+    )?;
+    // One row more than the cap tells whether the export was cut.
+    let mut rows = state
+        .store
+        .runs()
+        .export(&filter, MAX_EXPORT_ROWS + 1)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let truncated = rows.len() as u64 > MAX_EXPORT_ROWS;
+    rows.truncate(MAX_EXPORT_ROWS as usize);
+    let count = rows.len();
+    let tz = state.timezone;
+    // Building 100 000 rows takes a while: keep it off the async workers.
+    let bytes = web::block(move || export::runs_workbook(&rows, lang, tz))
+        .await
+        .map_err(|e| ApiError::internal(lang, e))?
+        .map_err(|e| ApiError::internal(lang, e))?;
+    audit::record(
+        &state,
+        &who,
+        Action::RunExport,
+        Target::Run,
+        None,
+        format!("导出执行记录 {count} 条"),
+        None,
+        Some(json!({"filters": filter_json(&filter), "rows": count, "truncated": truncated})),
+    )
+    .await;
+    tracing::info!(rows = count, actor = %who.sub, "runs exported");
+    Ok(export::xlsx_response(
+        bytes,
+        "runs",
+        Utc::now(),
+        tz,
+        truncated,
+    ))
+}
+
+/// One run with its output and error.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Run detail",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Run id")),
+    responses(
+        (status = 200, body = RunDetailDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/runs/{id}")]
+pub async fn get_run(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunView])?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let run = state
+        .store
+        .runs()
+        .get(id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| run_not_found(lang, id))?;
+    Ok(HttpResponse::Ok().json(RunDetailDto::new(run)))
+}
+
+/// Deletes one run; it disappears from the API at once.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Delete a run",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Run id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[delete("/api/runs/{id}")]
+pub async fn delete_run(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunRemove])?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let runs = state.store.runs();
+    // Read first: the audit entry keeps what was deleted.
+    let run = runs
+        .get(id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| run_not_found(lang, id))?;
+    let deleted = runs
+        .soft_delete(id, Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    if !deleted {
+        // Someone else deleted it in between.
+        return Err(run_not_found(lang, id));
+    }
+    let summary = format!("删除执行记录 {id}（任务「{}」）", run.job_name);
+    let before = serde_json::to_value(RunSummaryDto::new(run)).ok();
+    audit::record(
+        &state,
+        &who,
+        Action::RunDelete,
+        Target::Run,
+        Some(id.to_string()),
+        summary,
+        before,
+        None,
+    )
+    .await;
+    tracing::info!(run = id, actor = %who.sub, "run deleted");
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Deletes several runs at once; ids that do not exist are ignored.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Delete several runs",
+    security(("bearer" = [])),
+    request_body = IdList,
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/runs/batch-delete")]
+pub async fn batch_delete_runs(
+    state: web::Data<AppState>,
+    who: Principal,
+    body: web::Json<IdList>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunRemove])?;
+    let lang = who.lang;
+    let mut ids = body.into_inner().ids;
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(ApiError::field(
+            lang,
+            "ids",
+            format!("ids 需要 1–{MAX_BATCH} 个"),
+            format!("ids must hold 1–{MAX_BATCH} ids"),
+        ));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let deleted = state
+        .store
+        .runs()
+        .soft_delete_many(&ids, Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    if deleted > 0 {
+        audit::record(
+            &state,
+            &who,
+            Action::RunDelete,
+            Target::Run,
+            None,
+            format!("批量删除执行记录 {deleted} 条"),
+            None,
+            Some(json!({"ids": ids, "deleted": deleted})),
+        )
+        .await;
+    }
+    tracing::info!(count = deleted, actor = %who.sub, "runs deleted");
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Deletes every run; they disappear from the API at once.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Clear the run log",
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Cleared"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/runs/clear")]
+pub async fn clear_runs(
+    state: web::Data<AppState>,
+    who: Principal,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::RunRemove])?;
+    let lang = who.lang;
+    let cleared = state
+        .store
+        .runs()
+        .clear(Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    // Like the other deletes, an entry only when something was deleted.
+    if cleared > 0 {
+        audit::record(
+            &state,
+            &who,
+            Action::RunClear,
+            Target::Run,
+            None,
+            format!("清空执行记录 {cleared} 条"),
+            None,
+            Some(json!({"deleted": cleared})),
+        )
+        .await;
+    }
+    tracing::info!(count = cleared, actor = %who.sub, "run log cleared");
+    Ok(HttpResponse::NoContent().finish())
+}

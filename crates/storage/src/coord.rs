@@ -1,0 +1,203 @@
+//! Coordination over Redis between the processes of a cluster: change
+//! messages on a channel, job locks with a TTL, renewal and a fencing
+//! token, and once-only keys.
+//!
+//! Redis is an accelerator and a guard, never the ledger: a lost message is
+//! repaired by reconciliation against the database, and a fire is still
+//! claimed exactly once by the database's unique key.
+
+use std::time::Duration;
+
+use deadpool_redis::{Config, Pool, Runtime};
+use futures_util::StreamExt;
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use crate::StorageError;
+
+/// The channel every worker listens on.
+pub const CHANGES_CHANNEL: &str = "qiwu:changes";
+const LOCK_PREFIX: &str = "qiwu:lock:job:";
+const FENCE_PREFIX: &str = "qiwu:fence:job:";
+const ONCE_PREFIX: &str = "qiwu:once:";
+/// How long one Redis command may take before it counts as failed.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A change another process must apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "lowercase")]
+pub enum Change {
+    /// A job was created, edited, enabled, disabled or deleted.
+    Job(i64),
+    /// A "run once" fire was queued.
+    Fire(i64),
+}
+
+/// A held job lock. `token` increases with every acquisition of the job's
+/// lock (a fencing token): a holder with a smaller token is stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLock {
+    pub job_id: i64,
+    pub token: i64,
+    key: String,
+    value: String,
+}
+
+/// A connection pool plus the client that opens pub/sub connections.
+#[derive(Clone)]
+pub struct Coord {
+    pool: Pool,
+    client: redis::Client,
+}
+
+impl std::fmt::Debug for Coord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coord").finish_non_exhaustive()
+    }
+}
+
+async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StorageError> {
+    match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(StorageError::RedisPool(
+            "redis did not answer within 1 s".into(),
+        )),
+    }
+}
+
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0";
+
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+impl Coord {
+    /// Opens the pool and checks that Redis answers.
+    pub async fn connect(url: &str) -> Result<Coord, StorageError> {
+        let client = redis::Client::open(url)?;
+        let pool = Config::from_url(url)
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| StorageError::RedisPool(e.to_string()))?;
+        let coord = Coord { pool, client };
+        coord.ping().await?;
+        Ok(coord)
+    }
+
+    async fn conn(&self) -> Result<deadpool_redis::Connection, StorageError> {
+        match tokio::time::timeout(COMMAND_TIMEOUT, self.pool.get()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(StorageError::RedisPool(e.to_string())),
+            Err(_) => Err(StorageError::RedisPool(
+                "no redis connection within 1 s".into(),
+            )),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), StorageError> {
+        let mut conn = self.conn().await?;
+        let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    /// Tells every worker about a committed change.
+    pub async fn publish(&self, change: Change) -> Result<(), StorageError> {
+        let payload = serde_json::to_string(&change)
+            .map_err(|e| StorageError::Corrupt(format!("cannot encode a change: {e}")))?;
+        let mut conn = self.conn().await?;
+        let _: i64 = bounded(conn.publish(CHANGES_CHANNEL, payload)).await?;
+        Ok(())
+    }
+
+    /// Subscribes on a connection of its own; the stream ends when the
+    /// connection drops (the caller re-subscribes and reconciles).
+    pub async fn subscribe(
+        &self,
+    ) -> Result<impl futures_util::Stream<Item = Change> + Send + 'static, StorageError> {
+        let mut pubsub = tokio::time::timeout(COMMAND_TIMEOUT * 5, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| StorageError::RedisPool("cannot open a pub/sub connection".into()))??;
+        pubsub.subscribe(CHANGES_CHANNEL).await?;
+        Ok(pubsub.into_on_message().filter_map(|msg| async move {
+            let payload: String = msg.get_payload().ok()?;
+            serde_json::from_str::<Change>(&payload).ok()
+        }))
+    }
+
+    /// Takes a job's lock for `ttl` unless someone holds it.
+    pub async fn try_lock(
+        &self,
+        job_id: i64,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<JobLock>, StorageError> {
+        let mut conn = self.conn().await?;
+        let token: i64 = bounded(conn.incr(format!("{FENCE_PREFIX}{job_id}"), 1)).await?;
+        let key = format!("{LOCK_PREFIX}{job_id}");
+        let value = format!("{owner}#{token}");
+        let ok: Option<String> = bounded(
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&value)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl.as_millis() as u64)
+                .query_async(&mut conn),
+        )
+        .await?;
+        Ok(ok.map(|_| JobLock {
+            job_id,
+            token,
+            key,
+            value,
+        }))
+    }
+
+    /// Extends a held lock; false when it is no longer ours.
+    pub async fn renew(&self, lock: &JobLock, ttl: Duration) -> Result<bool, StorageError> {
+        let mut conn = self.conn().await?;
+        let renewed: i64 = bounded(
+            redis::Script::new(RENEW)
+                .key(&lock.key)
+                .arg(&lock.value)
+                .arg(ttl.as_millis() as u64)
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives a lock back, if it is still ours.
+    pub async fn release(&self, lock: &JobLock) -> Result<(), StorageError> {
+        let mut conn = self.conn().await?;
+        let _: i64 = bounded(
+            redis::Script::new(RELEASE)
+                .key(&lock.key)
+                .arg(&lock.value)
+                .invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// True for the first caller of `key` within `ttl`.
+    pub async fn once(&self, key: &str, ttl: Duration) -> Result<bool, StorageError> {
+        let mut conn = self.conn().await?;
+        let ok: Option<String> = bounded(
+            redis::cmd("SET")
+                .arg(format!("{ONCE_PREFIX}{key}"))
+                .arg("1")
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl.as_millis() as u64)
+                .query_async(&mut conn),
+        )
+        .await?;
+        Ok(ok.is_some())
+    }
+}

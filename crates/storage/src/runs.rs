@@ -1,0 +1,432 @@
+//! The run log as the API reads it: [`RunRecord`], filters, cursor paging
+//! and soft deletion through [`RunRepo`]. Rows with `deleted_at` set are
+//! invisible to every method here; `audit.purge` removes them for good later.
+//! (The execution engine writes runs; it does not go through this module.)
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Expr, Func};
+use sea_orm::{
+    ColumnTrait, Condition, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect,
+};
+
+use crate::entity::run::{self, Column};
+use crate::keyset::{self, Key};
+use crate::timestamp::{from_millis, to_millis};
+use crate::{StorageError, Store};
+
+/// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
+const IN_CHUNK: usize = 500;
+
+/// Characters of `error` an export row carries; the detail has the rest.
+pub const EXPORT_ERROR_CHARS: u32 = 1000;
+
+/// One stored run, every column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: i64,
+    pub fire_id: i64,
+    pub job_id: i64,
+    /// As the job was named when it ran; kept after the job is deleted.
+    pub job_name: String,
+    pub handler: String,
+    /// `schedule`, `manual` or `misfire`.
+    pub trigger: String,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: i32,
+    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_ms: Option<i64>,
+    pub instance: String,
+    pub output: String,
+    pub error: String,
+    /// Always `None` for what this module returns.
+    pub deleted_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<run::Model> for RunRecord {
+    type Error = StorageError;
+
+    fn try_from(m: run::Model) -> Result<Self, Self::Error> {
+        Ok(RunRecord {
+            id: m.id,
+            fire_id: m.fire_id,
+            job_id: m.job_id,
+            job_name: m.job_name,
+            handler: m.handler,
+            trigger: m.trigger,
+            scheduled_at: from_millis(m.scheduled_at)?,
+            attempt: m.attempt,
+            status: m.status,
+            started_at: from_millis(m.started_at)?,
+            finished_at: m.finished_at.map(from_millis).transpose()?,
+            duration_ms: m.duration_ms,
+            instance: m.instance,
+            output: m.output,
+            error: m.error,
+            deleted_at: m.deleted_at.map(from_millis).transpose()?,
+        })
+    }
+}
+
+/// A run as a spreadsheet row: every column but `output` (up to 16 000
+/// characters each, too much to hold for 100 000 rows), with `error` cut to
+/// [`EXPORT_ERROR_CHARS`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunExportRow {
+    pub id: i64,
+    pub fire_id: i64,
+    pub job_id: i64,
+    pub job_name: String,
+    pub handler: String,
+    pub trigger: String,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: i32,
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_ms: Option<i64>,
+    pub instance: String,
+    pub error: String,
+}
+
+/// The columns [`RunRepo::export`] reads.
+#[derive(Debug, FromQueryResult)]
+struct ExportModel {
+    id: i64,
+    fire_id: i64,
+    job_id: i64,
+    job_name: String,
+    handler: String,
+    trigger: String,
+    scheduled_at: i64,
+    attempt: i32,
+    status: String,
+    started_at: i64,
+    finished_at: Option<i64>,
+    duration_ms: Option<i64>,
+    instance: String,
+    error: String,
+}
+
+impl TryFrom<ExportModel> for RunExportRow {
+    type Error = StorageError;
+
+    fn try_from(m: ExportModel) -> Result<Self, Self::Error> {
+        Ok(RunExportRow {
+            id: m.id,
+            fire_id: m.fire_id,
+            job_id: m.job_id,
+            job_name: m.job_name,
+            handler: m.handler,
+            trigger: m.trigger,
+            scheduled_at: from_millis(m.scheduled_at)?,
+            attempt: m.attempt,
+            status: m.status,
+            started_at: from_millis(m.started_at)?,
+            finished_at: m.finished_at.map(from_millis).transpose()?,
+            duration_ms: m.duration_ms,
+            instance: m.instance,
+            error: m.error,
+        })
+    }
+}
+
+/// Filters of the run list and export; `None` means "any".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    pub job_id: Option<i64>,
+    /// Case-insensitive substring of the job name; `%` and `_` match literally.
+    pub job_name: Option<String>,
+    /// The exact, full handler name.
+    pub handler: Option<String>,
+    pub status: Option<String>,
+    /// Inclusive lower bound of `started_at`.
+    pub started_from: Option<DateTime<Utc>>,
+    /// Inclusive upper bound of `started_at`.
+    pub started_to: Option<DateTime<Utc>>,
+}
+
+/// Where the next page of the run list starts: the key of the last run of
+/// the previous page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunCursor {
+    pub started_at_ms: i64,
+    pub id: i64,
+}
+
+impl RunCursor {
+    /// An opaque, URL-safe string.
+    pub fn encode(&self) -> String {
+        self.key().encode()
+    }
+
+    /// Reads [`RunCursor::encode`]'s output; anything else is
+    /// [`StorageError::InvalidCursor`].
+    pub fn decode(s: &str) -> Result<RunCursor, StorageError> {
+        let key = Key::decode(s)?;
+        Ok(RunCursor {
+            started_at_ms: key.time_ms,
+            id: key.id,
+        })
+    }
+
+    fn key(&self) -> Key {
+        Key {
+            time_ms: self.started_at_ms,
+            id: self.id,
+        }
+    }
+
+    fn of(run: &RunRecord) -> RunCursor {
+        RunCursor {
+            started_at_ms: to_millis(run.started_at),
+            id: run.id,
+        }
+    }
+}
+
+impl Store {
+    pub fn runs(&self) -> RunRepo<'_> {
+        RunRepo { store: self }
+    }
+}
+
+/// Read and soft-delete access to the run log; obtained from [`Store::runs`].
+pub struct RunRepo<'a> {
+    store: &'a Store,
+}
+
+impl RunRepo<'_> {
+    /// At most `limit` visible runs matching `filter`, newest first by
+    /// (started_at, id), starting after `cursor`. The second value is the
+    /// cursor of the next page, `None` on the last one.
+    pub async fn list(
+        &self,
+        filter: &RunFilter,
+        limit: u64,
+        cursor: Option<RunCursor>,
+    ) -> Result<(Vec<RunRecord>, Option<RunCursor>), StorageError> {
+        if limit == 0 {
+            return Ok((Vec::new(), None));
+        }
+        let mut cond = filter_condition(filter);
+        if let Some(c) = cursor {
+            cond = cond.add(keyset::after(Column::StartedAt, Column::Id, c.key()));
+        }
+        // One row more than asked tells whether another page exists.
+        let rows = run::Entity::find()
+            .filter(cond)
+            .order_by_desc(Column::StartedAt)
+            .order_by_desc(Column::Id)
+            .limit(limit.saturating_add(1))
+            .all(self.store.connection())
+            .await?;
+        let mut items = rows
+            .into_iter()
+            .map(RunRecord::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let more = items.len() as u64 > limit;
+        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        let next = if more {
+            items.last().map(RunCursor::of)
+        } else {
+            None
+        };
+        Ok((items, next))
+    }
+
+    /// A visible run.
+    pub async fn get(&self, id: i64) -> Result<Option<RunRecord>, StorageError> {
+        run::Entity::find_by_id(id)
+            .filter(Column::DeletedAt.is_null())
+            .one(self.store.connection())
+            .await?
+            .map(RunRecord::try_from)
+            .transpose()
+    }
+
+    /// The `n` latest visible runs of a job, newest first.
+    pub async fn recent_for_job(
+        &self,
+        job_id: i64,
+        n: u64,
+    ) -> Result<Vec<RunRecord>, StorageError> {
+        let filter = RunFilter {
+            job_id: Some(job_id),
+            ..RunFilter::default()
+        };
+        Ok(self.list(&filter, n, None).await?.0)
+    }
+
+    /// Hides a run; false when it does not exist or is already hidden.
+    pub async fn soft_delete(&self, id: i64, now: DateTime<Utc>) -> Result<bool, StorageError> {
+        Ok(self.soft_delete_many(&[id], now).await? > 0)
+    }
+
+    /// Hides the listed runs in one transaction; returns how many were
+    /// visible and are now hidden (duplicates and unknown ids count nothing).
+    pub async fn soft_delete_many(
+        &self,
+        ids: &[i64],
+        now: DateTime<Utc>,
+    ) -> Result<u64, StorageError> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let now = to_millis(now);
+        let txn = self.store.begin_write().await?;
+        let mut hidden = 0;
+        for chunk in ids.chunks(IN_CHUNK) {
+            hidden += run::Entity::update_many()
+                .col_expr(Column::DeletedAt, Expr::val(now))
+                .filter(Column::Id.is_in(chunk.iter().copied()))
+                .filter(Column::DeletedAt.is_null())
+                .exec(&txn)
+                .await?
+                .rows_affected;
+        }
+        txn.commit().await?;
+        Ok(hidden)
+    }
+
+    /// Hides every visible run in one statement; returns how many.
+    pub async fn clear(&self, now: DateTime<Utc>) -> Result<u64, StorageError> {
+        Ok(run::Entity::update_many()
+            .col_expr(Column::DeletedAt, Expr::val(to_millis(now)))
+            .filter(Column::DeletedAt.is_null())
+            .exec(self.store.connection())
+            .await?
+            .rows_affected)
+    }
+
+    /// At most `max_rows` visible runs matching `filter`, newest first, as
+    /// export rows (see [`RunExportRow`]).
+    pub async fn export(
+        &self,
+        filter: &RunFilter,
+        max_rows: u64,
+    ) -> Result<Vec<RunExportRow>, StorageError> {
+        if max_rows == 0 {
+            return Ok(Vec::new());
+        }
+        // SUBSTR counts characters (not bytes) on all three backends. The
+        // arguments are 32-bit: PostgreSQL has no substr(text, int, bigint).
+        let error_excerpt = Func::cust("SUBSTR")
+            .arg(Expr::col((run::Entity, Column::Error)))
+            .arg(1i32)
+            .arg(i32::try_from(EXPORT_ERROR_CHARS).unwrap_or(i32::MAX));
+        let rows = run::Entity::find()
+            .select_only()
+            .columns([
+                Column::Id,
+                Column::FireId,
+                Column::JobId,
+                Column::JobName,
+                Column::Handler,
+                Column::Trigger,
+                Column::ScheduledAt,
+                Column::Attempt,
+                Column::Status,
+                Column::StartedAt,
+                Column::FinishedAt,
+                Column::DurationMs,
+                Column::Instance,
+            ])
+            .expr_as(error_excerpt, "error")
+            .filter(filter_condition(filter))
+            .order_by_desc(Column::StartedAt)
+            .order_by_desc(Column::Id)
+            .limit(max_rows)
+            .into_model::<ExportModel>()
+            .all(self.store.connection())
+            .await?;
+        rows.into_iter().map(RunExportRow::try_from).collect()
+    }
+}
+
+/// The filter plus "not deleted".
+fn filter_condition(filter: &RunFilter) -> Condition {
+    let mut cond = Condition::all().add(Column::DeletedAt.is_null());
+    if let Some(job_id) = filter.job_id {
+        cond = cond.add(Column::JobId.eq(job_id));
+    }
+    if let Some(name) = &filter.job_name {
+        cond = cond.add(keyset::contains_ci(Column::JobName, name));
+    }
+    if let Some(handler) = &filter.handler {
+        cond = cond.add(Column::Handler.eq(handler.as_str()));
+    }
+    if let Some(status) = &filter.status {
+        cond = cond.add(Column::Status.eq(status.as_str()));
+    }
+    if let Some(from) = filter.started_from {
+        cond = cond.add(Column::StartedAt.gte(to_millis(from)));
+    }
+    if let Some(to) = filter.started_to {
+        cond = cond.add(Column::StartedAt.lte(to_millis(to)));
+    }
+    cond
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::{DbBackend, QueryTrait};
+
+    #[test]
+    fn cursor_round_trips_and_rejects_junk() {
+        let c = RunCursor {
+            started_at_ms: 1_764_000_000_123,
+            id: 7,
+        };
+        assert_eq!(RunCursor::decode(&c.encode()).unwrap(), c);
+        assert!(matches!(
+            RunCursor::decode("not-a-cursor"),
+            Err(StorageError::InvalidCursor)
+        ));
+    }
+
+    #[test]
+    fn keyset_condition_is_portable() {
+        let cond = keyset::after(
+            Column::StartedAt,
+            Column::Id,
+            Key {
+                time_ms: 100,
+                id: 5,
+            },
+        );
+        let sql = run::Entity::find()
+            .filter(cond)
+            .build(DbBackend::MySql)
+            .to_string();
+        assert!(
+            sql.contains(
+                "`runs`.`started_at` <= 100 AND (`runs`.`started_at` < 100 OR (`runs`.`started_at` = 100 AND `runs`.`id` < 5))"
+            ),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn job_name_filter_is_case_insensitive_like() {
+        let filter = RunFilter {
+            job_name: Some("A_%".into()),
+            ..RunFilter::default()
+        };
+        let sql = run::Entity::find()
+            .filter(filter_condition(&filter))
+            .build(DbBackend::Postgres)
+            .to_string();
+        assert!(
+            sql.contains(r#"LOWER("runs"."job_name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            "{sql}"
+        );
+        assert!(sql.contains(r#""runs"."deleted_at" IS NULL"#), "{sql}");
+    }
+}

@@ -1,0 +1,278 @@
+//! Black-box tests of execution: the real `serve` binary runs jobs and the
+//! run log is read straight from its SQLite file.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{Server, admin_token, client, runs_of, wait_for_runs};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn create(server: &Server, body: Value) -> i64 {
+    let resp = client()
+        .post(server.url("/api/jobs"))
+        .bearer_auth(admin_token())
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let job: Value = resp.json().await.expect("json");
+    job["id"].as_i64().expect("id")
+}
+
+async fn run_once(server: &Server, job: i64) -> Value {
+    let resp = client()
+        .post(server.url(&format!("/api/jobs/{job}/run")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    resp.json().await.expect("json")
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn every_second_job_runs_once_per_second() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(&server, json!({"name": "tick", "handler": "demo.echo", "cron": "* * * * * *", "params": {"message": "tick"}})).await;
+    let runs = wait_for_runs(&store, job, LIMIT, |runs| runs.len() >= 5).await;
+    let seconds: Vec<i64> = runs.iter().map(|r| r.scheduled_at).collect();
+    let unique: HashSet<i64> = seconds.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        seconds.len(),
+        "no scheduled time twice: {seconds:?}"
+    );
+    // Consecutive seconds, each on a whole second.
+    let mut sorted = seconds.clone();
+    sorted.sort_unstable();
+    assert!(sorted.iter().all(|s| s % 1000 == 0), "{sorted:?}");
+    assert!(sorted.windows(2).all(|w| w[1] - w[0] == 1000), "{sorted:?}");
+    let done = wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.iter().take(5).all(|r| r.status != "running")
+    })
+    .await;
+    for run in done.iter().take(5) {
+        assert_eq!(run.status, "success", "{run:?}");
+        assert_eq!(run.output, "tick");
+        assert_eq!(run.trigger, "schedule");
+        assert_eq!(run.attempt, 1);
+        // The run starts within a second of its scheduled time.
+        assert!(run.started_at - run.scheduled_at < 1000, "{run:?}");
+    }
+}
+
+#[tokio::test]
+async fn run_once_obeys_timeout_and_retries() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(
+        &server,
+        json!({"name": "slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 300, "retryCount": 2, "retryIntervalMs": 100, "params": {"delayMs": 5000}}),
+    )
+    .await;
+    let accepted = run_once(&server, job).await;
+    assert_eq!(accepted["message"], "已开始执行，结果见执行日志");
+    let fire_id = accepted["fireId"].as_i64().expect("fire id");
+    let runs = wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.len() == 3 && runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!(run.attempt, i as i32 + 1);
+        assert_eq!(run.fire_id, fire_id);
+        assert_eq!(run.trigger, "manual");
+        assert_eq!(run.status, "timeout", "{run:?}");
+        assert!(run.error.contains("300"), "{run:?}");
+        // Recorded at the deadline, not when the handler would have ended.
+        let duration = run.duration_ms.expect("duration");
+        assert!((300..1500).contains(&duration), "{run:?}");
+    }
+    // The retry interval separates the attempts.
+    assert!(runs[1].started_at - runs[0].finished_at.expect("finished") >= 100);
+}
+
+#[tokio::test]
+async fn overlapping_fires_are_skipped_or_run_in_parallel() {
+    let server = Server::start();
+    let store = server.store().await;
+    let serial = create(&server, json!({"name": "serial", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0})).await;
+    let parallel = create(&server, json!({"name": "parallel", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0, "allowConcurrent": true})).await;
+    let runs = wait_for_runs(&store, serial, LIMIT, |runs| {
+        runs.iter().filter(|r| r.status == "skipped").count() >= 2
+    })
+    .await;
+    let skipped: Vec<_> = runs.iter().filter(|r| r.status == "skipped").collect();
+    assert!(
+        skipped[0].output.contains("previous run has not finished"),
+        "{:?}",
+        skipped[0]
+    );
+    // Never two running at once for the serial job.
+    let running = runs.iter().filter(|r| r.status == "running").count();
+    assert!(running <= 1, "{runs:#?}");
+    let runs = wait_for_runs(&store, parallel, LIMIT, |runs| {
+        runs.iter().filter(|r| r.status == "running").count() >= 2
+    })
+    .await;
+    assert!(runs.iter().all(|r| r.status != "skipped"), "{runs:#?}");
+}
+
+#[tokio::test]
+async fn disabling_stops_fires_at_once_and_enabling_resumes() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(
+        &server,
+        json!({"name": "toggle", "handler": "demo.echo", "cron": "* * * * * *"}),
+    )
+    .await;
+    wait_for_runs(&store, job, LIMIT, |runs| runs.len() >= 2).await;
+    let resp = client()
+        .put(server.url(&format!("/api/jobs/{job}/enabled")))
+        .bearer_auth(admin_token())
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let disabled_at = chrono::Utc::now().timestamp_millis();
+    let count = runs_of(&store, job).await.len();
+    // Three seconds later, nothing fired after the disable (one fire may
+    // have been claimed in the same instant).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs = runs_of(&store, job).await;
+    assert!(runs.len() <= count + 1, "{runs:#?}");
+    assert!(
+        runs.iter().all(|r| r.scheduled_at <= disabled_at + 1000),
+        "{runs:#?}"
+    );
+}
+
+#[tokio::test]
+async fn restart_after_missed_fires_records_one_misfire_per_job() {
+    let server = Server::start();
+    let skip = create(
+        &server,
+        json!({"name": "skip", "handler": "demo.echo", "cron": "* * * * * *"}),
+    )
+    .await;
+    let catch_up = create(&server, json!({"name": "catch up", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once", "params": {"message": "caught up"}})).await;
+    let store = server.store().await;
+    wait_for_runs(&store, skip, LIMIT, |runs| runs.len() >= 2).await;
+    wait_for_runs(&store, catch_up, LIMIT, |runs| runs.len() >= 2).await;
+    drop(store);
+    let dir = server.stop();
+    // Down for a few fire times.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let server = Server::restart(dir);
+    let store = server.store().await;
+    let runs = wait_for_runs(&store, skip, LIMIT, |runs| {
+        runs.iter().any(|r| r.trigger == "misfire")
+    })
+    .await;
+    let misfires: Vec<_> = runs.iter().filter(|r| r.trigger == "misfire").collect();
+    assert_eq!(misfires.len(), 1, "{runs:#?}");
+    assert_eq!(misfires[0].status, "skipped");
+    assert!(misfires[0].output.contains("Missed"), "{:?}", misfires[0]);
+    let runs = wait_for_runs(&store, catch_up, LIMIT, |runs| {
+        runs.iter()
+            .any(|r| r.trigger == "misfire" && r.status != "running")
+    })
+    .await;
+    let misfires: Vec<_> = runs.iter().filter(|r| r.trigger == "misfire").collect();
+    assert_eq!(misfires.len(), 1, "{runs:#?}");
+    assert_eq!(misfires[0].status, "success");
+    assert_eq!(misfires[0].output, "caught up");
+    // Regular fires go on after the catch-up.
+    let missed_at = misfires[0].scheduled_at;
+    wait_for_runs(&store, catch_up, LIMIT, |runs| {
+        runs.iter()
+            .any(|r| r.trigger == "schedule" && r.scheduled_at > missed_at)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_a_long_handler_and_leaves_nothing_running() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(&server, json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
+    run_once(&server, job).await;
+    wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let dir = server.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(11),
+        "exit took {:?}",
+        started.elapsed()
+    );
+    let store = qiwu_storage::Store::connect(&format!("sqlite://{}/qiwu.db", dir.path().display()))
+        .await
+        .expect("open");
+    let runs = runs_of(&store, job).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, "failed", "{runs:#?}");
+    assert!(runs[0].error.contains("shut down"), "{runs:#?}");
+}
+
+#[tokio::test]
+async fn a_crash_leaves_no_run_running_after_restart() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(&server, json!({"name": "crashy", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
+    run_once(&server, job).await;
+    wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    drop(store);
+    let dir = server.kill();
+    let server = Server::restart(dir);
+    let store = server.store().await;
+    let runs = wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert_eq!(runs[0].status, "failed");
+    assert!(runs[0].error.contains("instance stopped"), "{runs:#?}");
+}
+
+#[tokio::test]
+async fn a_missing_handler_fails_without_retry() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(
+        &server,
+        json!({"name": "orphan", "handler": "demo.echo", "enabled": false, "retryCount": 3}),
+    )
+    .await;
+    // A later release removed the handler: simulate by renaming it in the row.
+    {
+        use sea_orm::{ConnectionTrait, Statement};
+        store
+            .connection()
+            .execute_raw(Statement::from_string(
+                sea_orm::DatabaseBackend::Sqlite,
+                format!("UPDATE jobs SET handler = 'gone.away' WHERE id = {job}"),
+            ))
+            .await
+            .expect("update");
+    }
+    run_once(&server, job).await;
+    let runs = wait_for_runs(&store, job, LIMIT, |runs| !runs.is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runs_after = runs_of(&store, job).await;
+    assert_eq!(runs_after.len(), 1, "never retried: {runs_after:#?}");
+    assert_eq!(runs[0].status, "failed");
+    assert!(runs[0].error.contains("gone.away"), "{runs:#?}");
+}
