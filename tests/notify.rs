@@ -274,6 +274,26 @@ async fn settings_are_super_admin_only_validated_and_audited() {
             .map(Result::ok),
         Some(Some(json!({"key": "audit.retention_days", "value": "45"})))
     );
+    // And readable through the audit log API, newest first.
+    let (status, page) = get(
+        &server,
+        "/api/audit-logs?action=setting.modify&targetType=setting",
+        &admin,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 4);
+    assert_eq!(items[0]["actionLabel"], "修改参数");
+    assert_eq!(items[0]["targetId"], "notify.webhook_url");
+    assert_eq!(
+        items[0]["before"],
+        json!({"key": "notify.webhook_url", "value": "https://hooks.example.com/qiwu?x=1"})
+    );
+    assert_eq!(
+        items[0]["after"],
+        json!({"key": "notify.webhook_url", "value": ""})
+    );
 }
 
 #[tokio::test]
@@ -493,6 +513,27 @@ async fn templates_are_read_edited_and_used_by_the_next_alert() {
     assert_eq!(status, StatusCode::OK, "{saved}");
     assert_eq!(saved["titleZh"], "【超时】{jobName}");
     assert_eq!(saved["updatedBy"], "admin");
+    let (_, audit) = send(
+        &server,
+        reqwest::Method::GET,
+        "/api/audit-logs?action=template.modify",
+        Some(&admin),
+        Some("en"),
+        None,
+    )
+    .await;
+    assert_eq!(audit["items"].as_array().map(Vec::len), Some(1), "{audit}");
+    assert_eq!(
+        audit["items"][0]["actionLabel"],
+        "Modify notification template"
+    );
+    assert_eq!(audit["items"][0]["targetType"], "notification_template");
+    assert_eq!(audit["items"][0]["targetId"], "scheduler.timeout_alert");
+    assert_eq!(
+        audit["items"][0]["before"]["titleZh"],
+        "任务超时：{jobName}"
+    );
+    assert_eq!(audit["items"][0]["after"]["titleZh"], "【超时】{jobName}");
     let (_, reread) = get(&server, path, &admin).await;
     assert_eq!(
         reread["bodyEn"],

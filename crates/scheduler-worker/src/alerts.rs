@@ -25,6 +25,21 @@ pub struct TimeoutAlert {
     pub timezone: Tz,
 }
 
+/// The engine's facts about a timed-out attempt are exactly an alert's.
+impl From<crate::engine::TimeoutInfo> for TimeoutAlert {
+    fn from(i: crate::engine::TimeoutInfo) -> TimeoutAlert {
+        TimeoutAlert {
+            job_id: i.job_id,
+            job_name: i.job_name,
+            handler: i.handler,
+            timeout_ms: i.timeout_ms,
+            started_at: i.started_at,
+            attempt: i.attempt,
+            timezone: i.timezone,
+        }
+    }
+}
+
 /// Stores the alert in the `super_admins` inbox (title and body in Chinese,
 /// the platform's default language) and, when `notify.webhook_url` is set,
 /// queues its webhook delivery atomically with it.

@@ -22,6 +22,7 @@ use sea_orm::{
 use serde_json::json;
 
 use crate::entity::{audit_log, notification, notification_template, outbox};
+use crate::keyset::{self, Key};
 use crate::timestamp::{from_millis, to_millis};
 use crate::{StorageError, Store};
 
@@ -29,6 +30,10 @@ use crate::{StorageError, Store};
 pub const OUTBOX_MAX_ATTEMPTS: i32 = 3;
 /// Longest `last_error` kept.
 const MAX_LAST_ERROR_CHARS: usize = 2_000;
+/// The audit action of a template edit.
+pub const TEMPLATE_MODIFY_ACTION: &str = "template.modify";
+/// The audit target type of a template edit (the target id is the code).
+pub const TEMPLATE_TARGET: &str = "notification_template";
 /// Who seeds templates.
 const SYSTEM_ACTOR: &str = "system";
 
@@ -155,20 +160,27 @@ impl NotificationCursor {
         }
     }
 
+    fn key(self) -> Key {
+        Key {
+            time_ms: self.created_at_ms,
+            id: self.id,
+        }
+    }
+
     /// Reads what `to_string` wrote; `None` for anything else.
     pub fn parse(s: &str) -> Option<NotificationCursor> {
-        let (ms, id) = s.split_once('_')?;
+        let key = Key::decode(s).ok()?;
         Some(NotificationCursor {
-            created_at_ms: ms.parse().ok()?,
-            id: id.parse().ok()?,
+            created_at_ms: key.time_ms,
+            id: key.id,
         })
     }
 }
 
-/// Written as `{created_at_ms}_{id}`; opaque to API clients.
+/// The same opaque, URL-safe form as the run log's and audit log's cursors.
 impl fmt::Display for NotificationCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}_{}", self.created_at_ms, self.id)
+        f.write_str(&self.key().encode())
     }
 }
 
@@ -342,8 +354,8 @@ impl TemplateRepo<'_> {
             id: NotSet,
             at: Set(now_ms),
             actor: Set(actor.to_owned()),
-            action: Set("template.modify".to_owned()),
-            target_type: Set("notification_template".to_owned()),
+            action: Set(TEMPLATE_MODIFY_ACTION.to_owned()),
+            target_type: Set(TEMPLATE_TARGET.to_owned()),
             target_id: Set(Some(code.to_owned())),
             summary: Set(format!("修改站内信模板 {code}")),
             before_json: Set(Some(texts_json(&current))),
@@ -474,15 +486,7 @@ impl NotificationRepo<'_> {
             query = query.filter(Column::ReadAt.is_null());
         }
         if let Some(c) = cursor {
-            query = query.filter(
-                Condition::any()
-                    .add(Column::CreatedAt.lt(c.created_at_ms))
-                    .add(
-                        Condition::all()
-                            .add(Column::CreatedAt.eq(c.created_at_ms))
-                            .add(Column::Id.lt(c.id)),
-                    ),
-            );
+            query = query.filter(keyset::after(Column::CreatedAt, Column::Id, c.key()));
         }
         // One row more than asked tells whether another page follows.
         let mut items = query
@@ -722,9 +726,13 @@ mod tests {
             created_at_ms: -5,
             id: 42,
         };
-        assert_eq!(c.to_string(), "-5_42");
-        assert_eq!(NotificationCursor::parse("-5_42"), Some(c));
-        for bad in ["", "5", "5_", "_5", "a_b", "1_2_3", "1.5_2"] {
+        assert_eq!(NotificationCursor::parse(&c.to_string()), Some(c));
+        let big = NotificationCursor {
+            created_at_ms: i64::MAX,
+            id: i64::MAX,
+        };
+        assert_eq!(NotificationCursor::parse(&big.to_string()), Some(big));
+        for bad in ["", "5", "-5_42", "zz", &"0".repeat(31), &"g".repeat(32)] {
             assert_eq!(NotificationCursor::parse(bad), None, "{bad}");
         }
     }

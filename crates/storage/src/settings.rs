@@ -17,6 +17,8 @@ use crate::{StorageError, Store};
 
 /// The audit action of a setting change.
 pub const SETTING_MODIFY_ACTION: &str = "setting.modify";
+/// The audit target type of a setting change (the target id is the key).
+pub const SETTING_TARGET: &str = "setting";
 
 /// How often [`SettingRepo::set`] starts over when another writer got in
 /// between its read and its write.
@@ -201,7 +203,7 @@ impl SettingRepo<'_> {
             at: Set(now_ms),
             actor: Set(actor.to_owned()),
             action: Set(SETTING_MODIFY_ACTION.to_owned()),
-            target_type: Set("setting".to_owned()),
+            target_type: Set(SETTING_TARGET.to_owned()),
             target_id: Set(Some(key.to_owned())),
             summary: Set(summary),
             before_json: Set(before
