@@ -136,7 +136,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
             .await
             .expect("create job");
     }
-    let registry = builtin_registry().expect("registry");
+    let registry = builtin_registry(store.clone(), None).expect("registry");
     let coord = if workers > 0 {
         let url = std::env::var("QIWU_TEST_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());

@@ -23,6 +23,9 @@ pub struct Config {
     pub jwt_secret: Option<String>,
     pub timezone: Tz,
     pub instance_id: String,
+    /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
+    /// deliveries with; without it nothing is delivered.
+    pub webhook_secret: Option<String>,
 }
 
 fn var(name: &str) -> anyhow::Result<Option<String>> {
@@ -87,6 +90,12 @@ impl Config {
             Some(v) => v,
             None => format!("{}-{}", host_name(), std::process::id()),
         };
+        let webhook_secret = var("QIWU_WEBHOOK_SECRET")?;
+        if let Some(s) = &webhook_secret
+            && s.len() < MIN_SECRET_LEN
+        {
+            bail!("QIWU_WEBHOOK_SECRET must have at least {MIN_SECRET_LEN} characters");
+        }
         Ok(Config {
             listen,
             database_url,
@@ -95,6 +104,7 @@ impl Config {
             jwt_secret,
             timezone,
             instance_id,
+            webhook_secret,
         })
     }
 

@@ -231,6 +231,11 @@ async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         store.ping().await.context("the database does not answer")?;
     } else {
         store.migrate().await.context("migrations failed")?;
+        store
+            .templates()
+            .seed_defaults(chrono::Utc::now())
+            .await
+            .context("cannot seed the notification templates")?;
     }
     // A cluster: a server database plus Redis (always for api and worker).
     let coord =
@@ -253,8 +258,24 @@ async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             );
         }
     }
-    let registry = qiwu_scheduler_worker::handlers::builtin_registry()
-        .context("the built-in handler registry is invalid")?;
+    let registry = qiwu_scheduler_worker::handlers::builtin_registry(
+        store.clone(),
+        config.webhook_secret.clone(),
+    )
+    .context("the built-in handler registry is invalid")?;
+    if role != Role::Worker {
+        // Built-in jobs are seeded once, ever, for the handlers registered.
+        let seeded = qiwu_scheduler_worker::seed::seed_builtin_jobs(
+            &store,
+            registry.catalog(),
+            chrono::Utc::now(),
+        )
+        .await
+        .context("cannot seed the built-in jobs")?;
+        if !seeded.is_empty() {
+            tracing::info!(jobs = ?seeded, "built-in jobs seeded");
+        }
+    }
 
     let cluster = coord.clone().map(ClusterConfig::new);
     let max_skew_ms = cluster.as_ref().map_or(0, |c| {
@@ -274,11 +295,18 @@ async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 shutdown_grace: SHUTDOWN_GRACE,
                 reconcile_every: RECONCILE_EVERY,
                 close_all_running_at_start: cluster.is_none(),
-                on_timeout: std::sync::Arc::new(|info: qiwu_scheduler_worker::TimeoutInfo| {
-                    Box::pin(async move {
-                        tracing::warn!(job = info.job_id, name = %info.job_name, attempt = info.attempt, "attempt timed out");
+                on_timeout: {
+                    let store = store.clone();
+                    std::sync::Arc::new(move |info: qiwu_scheduler_worker::TimeoutInfo| {
+                        let store = store.clone();
+                        Box::pin(async move {
+                            let alert = qiwu_scheduler_worker::alerts::TimeoutAlert::from(info);
+                            if let Err(e) = qiwu_scheduler_worker::alerts::raise_timeout_alert(&store, &alert).await {
+                                tracing::error!(error = %e, job = alert.job_id, "cannot raise the timeout alert");
+                            }
+                        })
                     })
-                }),
+                },
                 cluster,
             },
             clock,

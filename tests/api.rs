@@ -134,24 +134,33 @@ async fn job_lifecycle(db: Db) {
     assert_eq!(detail["cronDescription"], "每 10 分钟");
 
     // List, filter, page.
+    let (status, _) = post(
+        &server,
+        "/api/job-groups",
+        &admin,
+        json!({"code": "batch", "labelZh": "批量", "labelEn": "Batch"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
     for i in 0..5 {
         let (status, _) = post(
             &server,
             "/api/jobs",
             &admin,
-            json!({"name": format!("batch-{i}"), "handler": "demo.echo", "group": "system"}),
+            json!({"name": format!("batch-{i}"), "handler": "demo.echo", "group": "batch"}),
         )
         .await;
         assert_eq!(status, StatusCode::CREATED);
     }
-    let (_, page) = get(&server, "/api/jobs?group=system&pageSize=2&page=2", &admin).await;
+    let (_, page) = get(&server, "/api/jobs?group=batch&pageSize=2&page=2", &admin).await;
     assert_eq!(page["total"], 5);
     assert_eq!(page["items"].as_array().map(Vec::len), Some(2));
     assert_eq!(page["items"][0]["name"], "batch-2");
     let (_, page) = get(&server, "/api/jobs?name=NIGHTLY&enabled=false", &admin).await;
     assert_eq!(page["total"], 1);
+    // Five, the nightly job, and the seeded example job.
     let (_, page) = get(&server, "/api/jobs?handler=demo.echo", &admin).await;
-    assert_eq!(page["total"], 6);
+    assert_eq!(page["total"], 7);
 
     // Delete one, then a batch; the first is gone.
     let (status, _) = delete(&server, &format!("/api/jobs/{id}"), &admin).await;
@@ -174,8 +183,23 @@ async fn job_lifecycle(db: Db) {
     )
     .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+    // The seeded built-in jobs of the other registered handlers remain.
     let (_, page) = get(&server, "/api/jobs", &admin).await;
-    assert_eq!(page["total"], 0);
+    assert_eq!(page["total"], 2);
+    let names: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    assert_eq!(names, ["清理过期日志", "派发待发送通知"]);
+    assert!(
+        page["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .all(|j| j["builtin"] == true)
+    );
 }
 
 #[tokio::test]

@@ -681,7 +681,11 @@ async fn exports_are_workbooks_in_the_readers_language_and_zone() {
     assert!(strings.contains("beta =SUM(A1)"));
     assert!(!sheet.contains("<f>"), "no formulas");
     assert!(strings.contains("系统"), "group label");
-    assert_eq!(sheet_rows(&sheet), 4, "header + 3 jobs");
+    assert_eq!(
+        sheet_rows(&sheet),
+        7,
+        "header + 3 jobs + 3 seeded built-in jobs"
+    );
 
     // Filtered, in English.
     let reply = call(

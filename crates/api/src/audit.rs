@@ -25,10 +25,14 @@ pub enum Action {
     RunDelete,
     RunClear,
     RunExport,
+    /// Written by the storage crate with the change itself.
+    SettingModify,
+    /// Written by the storage crate with the change itself.
+    TemplateModify,
 }
 
 impl Action {
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 12] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -39,6 +43,8 @@ impl Action {
         Action::RunDelete,
         Action::RunClear,
         Action::RunExport,
+        Action::SettingModify,
+        Action::TemplateModify,
     ];
 
     pub fn code(self) -> &'static str {
@@ -53,6 +59,8 @@ impl Action {
             Action::RunDelete => "run.delete",
             Action::RunClear => "run.clear",
             Action::RunExport => "run.export",
+            Action::SettingModify => qiwu_storage::SETTING_MODIFY_ACTION,
+            Action::TemplateModify => qiwu_storage::TEMPLATE_MODIFY_ACTION,
         }
     }
 
@@ -73,6 +81,8 @@ impl Action {
             Action::RunDelete => ("删除执行记录", "Delete runs"),
             Action::RunClear => ("清空执行记录", "Clear runs"),
             Action::RunExport => ("导出执行记录", "Export runs"),
+            Action::SettingModify => ("修改参数", "Modify setting"),
+            Action::TemplateModify => ("修改站内信模板", "Modify notification template"),
         };
         lang.pick(zh, en)
     }
@@ -83,15 +93,19 @@ impl Action {
 pub enum Target {
     Job,
     Run,
+    Setting,
+    Template,
 }
 
 impl Target {
-    pub const ALL: [Target; 2] = [Target::Job, Target::Run];
+    pub const ALL: [Target; 4] = [Target::Job, Target::Run, Target::Setting, Target::Template];
 
     pub fn code(self) -> &'static str {
         match self {
             Target::Job => "job",
             Target::Run => "run",
+            Target::Setting => qiwu_storage::SETTING_TARGET,
+            Target::Template => qiwu_storage::TEMPLATE_TARGET,
         }
     }
 }

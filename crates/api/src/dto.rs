@@ -303,11 +303,12 @@ pub struct AuditDto {
     /// The `sub` of the caller who did it.
     pub actor: String,
     /// `job.create`, `job.modify`, `job.enable`, `job.disable`, `job.delete`,
-    /// `job.export`, `job.run`, `run.delete`, `run.clear` or `run.export`.
+    /// `job.export`, `job.run`, `run.delete`, `run.clear`, `run.export`,
+    /// `setting.modify` or `template.modify`.
     pub action: String,
     /// The action in the request's language.
     pub action_label: String,
-    /// `job` or `run`.
+    /// `job`, `run`, `setting` or `notification_template`.
     pub target_type: String,
     /// Null for actions on many objects (export, clear, batch delete of runs).
     pub target_id: Option<String>,

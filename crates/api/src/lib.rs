@@ -7,6 +7,7 @@ pub mod auth;
 pub mod dto;
 pub mod error;
 pub mod export;
+pub mod notify_dto;
 pub mod ops;
 pub mod query;
 pub mod routes;
@@ -50,6 +51,15 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(runs::get_run)
         .service(runs::delete_run)
         .service(audit_logs::list_audit_logs);
+    // Settings, the inbox and notification templates (super admins).
+    cfg.service(settings::list_settings)
+        .service(settings::update_setting)
+        .service(notifications::list_notifications)
+        .service(notifications::read_all_notifications)
+        .service(notifications::read_notification)
+        .service(templates::list_templates)
+        .service(templates::get_template)
+        .service(templates::update_template);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

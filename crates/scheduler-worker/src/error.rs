@@ -9,4 +9,6 @@ pub enum WorkerError {
     Storage(#[from] StorageError),
     #[error("job {job_id} has an invalid stored schedule: {reason}")]
     InvalidStoredJob { job_id: i64, reason: String },
+    #[error("cannot seed built-in job {key}: {reason}")]
+    Seed { key: String, reason: String },
 }

@@ -11,7 +11,11 @@ mod fires;
 mod groups;
 mod jobs;
 mod keyset;
+mod notifications;
+mod purge;
 mod runs;
+mod seeds;
+mod settings;
 mod store;
 pub mod timestamp;
 
@@ -22,6 +26,15 @@ pub use error::StorageError;
 pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
+pub use notifications::{
+    NewNotification, NotificationCursor, NotificationPage, NotificationRecord, NotificationRepo,
+    OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TEMPLATE_MODIFY_ACTION,
+    TEMPLATE_TARGET, TemplateRecord, TemplateRepo, TemplateTexts, outbox_retry_delay,
+};
+pub use purge::{NotificationPurge, PurgeRepo};
 pub use runs::{EXPORT_ERROR_CHARS, RunCursor, RunExportRow, RunFilter, RunRecord, RunRepo};
 pub use sea_orm::DatabaseConnection;
+pub use settings::{
+    SETTING_MODIFY_ACTION, SETTING_TARGET, SettingChange, SettingRecord, SettingRepo,
+};
 pub use store::{Backend, Store};

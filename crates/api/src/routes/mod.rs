@@ -8,4 +8,7 @@ pub mod handlers;
 pub mod health;
 pub mod job_export;
 pub mod jobs;
+pub mod notifications;
 pub mod runs;
+pub mod settings;
+pub mod templates;

@@ -2,7 +2,9 @@
 //! built-in handlers. The registry is the whitelist: a job can only name a
 //! handler registered here, and nothing is ever looked up by reflection.
 
+pub mod dispatch;
 mod echo;
+pub mod purge;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use qiwu_domain::{HandlerCatalog, HandlerDescriptor, HandlerError};
+use qiwu_storage::Store;
 use serde_json::{Map, Value, json};
 
 use crate::context::RunContext;
@@ -120,9 +123,24 @@ pub fn builtin_catalog() -> Result<HandlerCatalog, HandlerError> {
     HandlerCatalog::new([demo_echo()?, audit_purge()?, notify_dispatch()?])
 }
 
-/// The built-in handlers with their implementations.
-pub fn builtin_registry() -> Result<Registry, HandlerError> {
-    Registry::new([(demo_echo()?, Arc::new(echo::Echo) as Arc<dyn Handler>)])
+/// The built-in handlers with their implementations. `webhook_secret` is
+/// `QIWU_WEBHOOK_SECRET`, read once at start-up: `notify.dispatch` signs
+/// every delivery with it and sends nothing without it.
+pub fn builtin_registry(
+    store: Store,
+    webhook_secret: Option<String>,
+) -> Result<Registry, HandlerError> {
+    Registry::new([
+        (demo_echo()?, Arc::new(echo::Echo) as Arc<dyn Handler>),
+        (
+            audit_purge()?,
+            Arc::new(purge::Purge::new(store.clone(), purge::DEFAULT_BATCH)),
+        ),
+        (
+            notify_dispatch()?,
+            Arc::new(dispatch::Dispatch::new(store, webhook_secret)),
+        ),
+    ])
 }
 
 #[cfg(test)]
@@ -139,5 +157,21 @@ mod tests {
             serde_json::Value::Object(echo.default_params()),
             json!({"message": "hello", "delayMs": 0})
         );
+    }
+
+    #[tokio::test]
+    async fn the_registry_implements_exactly_the_catalog() {
+        let store = crate::test_support::test_store().await;
+        let registry = builtin_registry(store.store.clone(), Some("s".into())).expect("registry");
+        let catalog = builtin_catalog().expect("catalog");
+        let names = |c: &HandlerCatalog| {
+            c.iter()
+                .map(|d| (d.name.clone(), d.title_zh.clone(), d.schema.raw().clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(registry.catalog()), names(&catalog));
+        for d in catalog.iter() {
+            assert!(registry.get(&d.name).is_some(), "{} is implemented", d.name);
+        }
     }
 }

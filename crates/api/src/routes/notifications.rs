@@ -1,0 +1,139 @@
+//! The super administrators' shared inbox (SPEC §8): list, mark one read,
+//! mark all read. Users live in the platform, so every super admin reads
+//! the same inbox and its read state.
+
+use actix_web::{HttpResponse, get, post, web};
+use chrono::Utc;
+use qiwu_domain::notify::SUPER_ADMINS;
+use qiwu_storage::NotificationCursor;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, Problem};
+use crate::notify_dto::{NotificationDto, NotificationPage, NotificationQuery, ReadAllDto};
+use crate::state::AppState;
+
+const DEFAULT_LIMIT: u64 = 20;
+const MAX_LIMIT: u64 = 100;
+
+/// Lists the inbox, newest first, a page at a time.
+#[utoipa::path(
+    tag = "notifications",
+    summary = "List notifications",
+    security(("bearer" = [])),
+    params(NotificationQuery),
+    responses(
+        (status = 200, body = NotificationPage),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/notifications")]
+pub async fn list_notifications(
+    state: web::Data<AppState>,
+    who: Principal,
+    query: web::Query<NotificationQuery>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let q = query.into_inner();
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::field(
+            lang,
+            "limit",
+            format!("limit 的取值范围是 1–{MAX_LIMIT}"),
+            format!("limit must be between 1 and {MAX_LIMIT}"),
+        ));
+    }
+    let cursor = match q.cursor.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => Some(NotificationCursor::parse(c).ok_or_else(|| {
+            ApiError::field(
+                lang,
+                "cursor",
+                "cursor 无效：请使用上一页返回的 nextCursor",
+                "Invalid cursor: pass the nextCursor of the previous page",
+            )
+        })?),
+    };
+    let inbox = state.store.notifications();
+    let page = inbox
+        .list(SUPER_ADMINS, q.unread.unwrap_or(false), limit, cursor)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let unread_count = inbox
+        .count_unread(SUPER_ADMINS)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    Ok(HttpResponse::Ok().json(NotificationPage {
+        items: page.items.into_iter().map(NotificationDto::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.to_string()),
+        unread_count,
+    }))
+}
+
+/// Marks one notification read (for every super admin; the inbox is shared).
+#[utoipa::path(
+    tag = "notifications",
+    summary = "Mark a notification read",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, description = "Notification id")),
+    responses(
+        (status = 200, body = NotificationDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/notifications/{id}/read")]
+pub async fn read_notification(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let id = id.into_inner();
+    let read = state
+        .store
+        .notifications()
+        .mark_read(SUPER_ADMINS, id, Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| {
+            ApiError::not_found(
+                lang,
+                format!("通知 {id} 不存在"),
+                format!("Notification {id} does not exist"),
+            )
+        })?;
+    Ok(HttpResponse::Ok().json(NotificationDto::from(read)))
+}
+
+/// Marks every unread notification read.
+#[utoipa::path(
+    tag = "notifications",
+    summary = "Mark all notifications read",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = ReadAllDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/notifications/read-all")]
+pub async fn read_all_notifications(
+    state: web::Data<AppState>,
+    who: Principal,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let count = state
+        .store
+        .notifications()
+        .mark_all_read(SUPER_ADMINS, Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    Ok(HttpResponse::Ok().json(ReadAllDto { count }))
+}

@@ -1,0 +1,157 @@
+//! Notification templates (super admins only): list, read, edit. Only the
+//! templates this service sends exist; an edit is never overwritten by
+//! seeding and is audited.
+
+use actix_web::{HttpResponse, get, put, web};
+use chrono::Utc;
+use qiwu_domain::Lang;
+use qiwu_domain::notify::{self, TemplateTexts as DomainTexts};
+use qiwu_storage::{StorageError, TemplateTexts};
+
+use crate::auth::Principal;
+use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::notify_dto::{TemplateDto, TemplateWrite};
+use crate::state::AppState;
+
+fn template_not_found(lang: Lang, code: &str) -> ApiError {
+    ApiError::not_found(
+        lang,
+        format!("站内信模板 {code} 不存在"),
+        format!("Notification template {code} does not exist"),
+    )
+}
+
+/// Lists the notification templates.
+#[utoipa::path(
+    tag = "notification-templates",
+    summary = "List notification templates",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = Vec<TemplateDto>),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/notification-templates")]
+pub async fn list_templates(
+    state: web::Data<AppState>,
+    who: Principal,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let items: Vec<TemplateDto> = state
+        .store
+        .templates()
+        .list()
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .into_iter()
+        .map(|t| TemplateDto::new(t, lang))
+        .collect();
+    Ok(HttpResponse::Ok().json(items))
+}
+
+/// One notification template.
+#[utoipa::path(
+    tag = "notification-templates",
+    summary = "Notification template detail",
+    security(("bearer" = [])),
+    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    responses(
+        (status = 200, body = TemplateDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/notification-templates/{code}")]
+pub async fn get_template(
+    state: web::Data<AppState>,
+    who: Principal,
+    code: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let code = code.into_inner();
+    let template = state
+        .store
+        .templates()
+        .get(&code)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| template_not_found(lang, &code))?;
+    Ok(HttpResponse::Ok().json(TemplateDto::new(template, lang)))
+}
+
+/// Replaces a template's four texts. Texts may only use the template's own
+/// `{placeholder}` names.
+#[utoipa::path(
+    tag = "notification-templates",
+    summary = "Edit a notification template",
+    security(("bearer" = [])),
+    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    request_body = TemplateWrite,
+    responses(
+        (status = 200, body = TemplateDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[put("/api/notification-templates/{code}")]
+pub async fn update_template(
+    state: web::Data<AppState>,
+    who: Principal,
+    code: web::Path<String>,
+    body: web::Json<TemplateWrite>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let code = code.into_inner();
+    // Only templates this service sends can be edited: their placeholders
+    // are known, so an edit can be checked.
+    let def = notify::find(&code).ok_or_else(|| template_not_found(lang, &code))?;
+    let body = body.into_inner();
+    let texts = DomainTexts {
+        title_zh: &body.title_zh,
+        body_zh: &body.body_zh,
+        title_en: &body.title_en,
+        body_en: &body.body_en,
+    };
+    notify::validate_template(def, &texts).map_err(|errors| {
+        ApiError::validation(
+            lang,
+            errors
+                .iter()
+                .map(|e| {
+                    ProblemFieldText::new(
+                        e.field,
+                        Text::new(e.message(Lang::Zh), e.message(Lang::En)),
+                    )
+                })
+                .collect(),
+        )
+    })?;
+    let updated = state
+        .store
+        .templates()
+        .update(
+            &code,
+            &TemplateTexts {
+                title_zh: body.title_zh,
+                body_zh: body.body_zh,
+                title_en: body.title_en,
+                body_en: body.body_en,
+            },
+            &who.actor(),
+            Utc::now(),
+        )
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound => template_not_found(lang, &code),
+            other => ApiError::storage(lang, other),
+        })?;
+    tracing::info!(template = %code, actor = %who.sub, "notification template changed");
+    Ok(HttpResponse::Ok().json(TemplateDto::new(updated, lang)))
+}

@@ -1,0 +1,140 @@
+//! Deletion of expired rows for `audit.purge`: runs (soft-deleted ones
+//! included), audit entries, notifications with their outbox rows.
+//!
+//! Each call deletes one batch and returns how many rows went, so the caller
+//! decides when to stop (between batches) and no statement holds locks on
+//! more than one batch of rows.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+
+use crate::entity::{audit_log, notification, outbox, run};
+use crate::timestamp::to_millis;
+use crate::{StorageError, Store};
+
+/// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
+const IN_CHUNK: usize = 500;
+
+/// What one notification batch removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NotificationPurge {
+    pub notifications: u64,
+    pub outbox: u64,
+}
+
+/// Purge access; obtained from [`Store::purge`].
+pub struct PurgeRepo<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    pub fn purge(&self) -> PurgeRepo<'_> {
+        PurgeRepo { store: self }
+    }
+}
+
+impl PurgeRepo<'_> {
+    /// Deletes up to `limit` runs that started before `cutoff`, oldest
+    /// first, whether soft-deleted or not. A run still `running` is left
+    /// alone: the engine may be about to write its outcome.
+    pub async fn runs_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<u64, StorageError> {
+        let ids: Vec<i64> = run::Entity::find()
+            .select_only()
+            .column(run::Column::Id)
+            .filter(run::Column::StartedAt.lt(to_millis(cutoff)))
+            .filter(run::Column::Status.ne("running"))
+            .order_by_asc(run::Column::StartedAt)
+            .order_by_asc(run::Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        let txn = self.store.begin_write().await?;
+        let mut deleted = 0;
+        for chunk in ids.chunks(IN_CHUNK) {
+            deleted += run::Entity::delete_many()
+                .filter(run::Column::Id.is_in(chunk.iter().copied()))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+        }
+        txn.commit().await?;
+        Ok(deleted)
+    }
+
+    /// Deletes up to `limit` audit entries written before `cutoff`.
+    pub async fn audit_logs_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<u64, StorageError> {
+        let ids: Vec<i64> = audit_log::Entity::find()
+            .select_only()
+            .column(audit_log::Column::Id)
+            .filter(audit_log::Column::At.lt(to_millis(cutoff)))
+            .order_by_asc(audit_log::Column::At)
+            .order_by_asc(audit_log::Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        let txn = self.store.begin_write().await?;
+        let mut deleted = 0;
+        for chunk in ids.chunks(IN_CHUNK) {
+            deleted += audit_log::Entity::delete_many()
+                .filter(audit_log::Column::Id.is_in(chunk.iter().copied()))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+        }
+        txn.commit().await?;
+        Ok(deleted)
+    }
+
+    /// Deletes up to `limit` notifications created before `cutoff`, read or
+    /// not, together with their outbox rows (one transaction, so no outbox
+    /// row outlives its notification).
+    pub async fn notifications_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<NotificationPurge, StorageError> {
+        let ids: Vec<i64> = notification::Entity::find()
+            .select_only()
+            .column(notification::Column::Id)
+            .filter(notification::Column::CreatedAt.lt(to_millis(cutoff)))
+            .order_by_asc(notification::Column::CreatedAt)
+            .order_by_asc(notification::Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        let txn = self.store.begin_write().await?;
+        let mut done = NotificationPurge::default();
+        for chunk in ids.chunks(IN_CHUNK) {
+            done.outbox += delete_outbox_of(&txn, chunk).await?;
+            done.notifications += notification::Entity::delete_many()
+                .filter(notification::Column::Id.is_in(chunk.iter().copied()))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+        }
+        txn.commit().await?;
+        Ok(done)
+    }
+}
+
+async fn delete_outbox_of<C: ConnectionTrait>(
+    db: &C,
+    notification_ids: &[i64],
+) -> Result<u64, StorageError> {
+    Ok(outbox::Entity::delete_many()
+        .filter(outbox::Column::NotificationId.is_in(notification_ids.iter().copied()))
+        .exec(db)
+        .await?
+        .rows_affected)
+}
