@@ -1,7 +1,8 @@
 //! Writing the audit log (SPEC §9): who created, modified, enabled or
 //! disabled, deleted, exported or ran a job, and who deleted, cleared or
-//! exported runs, with before/after values. Handlers call [`record`] right
-//! after their change succeeded, in the same request.
+//! exported runs, with before/after values, and who created or revoked an
+//! API key. Handlers call [`record`] right after their change succeeded, in
+//! the same request.
 
 use chrono::Utc;
 use qiwu_domain::Lang;
@@ -25,10 +26,12 @@ pub enum Action {
     RunDelete,
     RunClear,
     RunExport,
+    ApiKeyCreate,
+    ApiKeyRevoke,
 }
 
 impl Action {
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 12] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -39,6 +42,8 @@ impl Action {
         Action::RunDelete,
         Action::RunClear,
         Action::RunExport,
+        Action::ApiKeyCreate,
+        Action::ApiKeyRevoke,
     ];
 
     pub fn code(self) -> &'static str {
@@ -53,6 +58,8 @@ impl Action {
             Action::RunDelete => "run.delete",
             Action::RunClear => "run.clear",
             Action::RunExport => "run.export",
+            Action::ApiKeyCreate => "apikey.create",
+            Action::ApiKeyRevoke => "apikey.revoke",
         }
     }
 
@@ -73,6 +80,8 @@ impl Action {
             Action::RunDelete => ("删除执行记录", "Delete runs"),
             Action::RunClear => ("清空执行记录", "Clear runs"),
             Action::RunExport => ("导出执行记录", "Export runs"),
+            Action::ApiKeyCreate => ("创建 API 密钥", "Create API key"),
+            Action::ApiKeyRevoke => ("吊销 API 密钥", "Revoke API key"),
         };
         lang.pick(zh, en)
     }
@@ -83,15 +92,17 @@ impl Action {
 pub enum Target {
     Job,
     Run,
+    ApiKey,
 }
 
 impl Target {
-    pub const ALL: [Target; 2] = [Target::Job, Target::Run];
+    pub const ALL: [Target; 3] = [Target::Job, Target::Run, Target::ApiKey];
 
     pub fn code(self) -> &'static str {
         match self {
             Target::Job => "job",
             Target::Run => "run",
+            Target::ApiKey => "apikey",
         }
     }
 }

@@ -49,7 +49,10 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(runs::clear_runs)
         .service(runs::get_run)
         .service(runs::delete_run)
-        .service(audit_logs::list_audit_logs);
+        .service(audit_logs::list_audit_logs)
+        .service(api_keys::list_api_keys)
+        .service(api_keys::create_api_key)
+        .service(api_keys::revoke_api_key);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.
