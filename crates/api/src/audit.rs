@@ -1,7 +1,8 @@
 //! Writing the audit log (SPEC §9): who created, modified, enabled or
 //! disabled, deleted, exported or ran a job, and who deleted, cleared or
-//! exported runs, with before/after values. Handlers call [`record`] right
-//! after their change succeeded, in the same request.
+//! exported runs, with before/after values, and who created or revoked an
+//! API key. Handlers call [`record`] right after their change succeeded, in
+//! the same request.
 
 use chrono::Utc;
 use qiwu_domain::Lang;
@@ -29,10 +30,12 @@ pub enum Action {
     SettingModify,
     /// Written by the storage crate with the change itself.
     TemplateModify,
+    ApiKeyCreate,
+    ApiKeyRevoke,
 }
 
 impl Action {
-    pub const ALL: [Action; 12] = [
+    pub const ALL: [Action; 14] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -45,6 +48,8 @@ impl Action {
         Action::RunExport,
         Action::SettingModify,
         Action::TemplateModify,
+        Action::ApiKeyCreate,
+        Action::ApiKeyRevoke,
     ];
 
     pub fn code(self) -> &'static str {
@@ -61,6 +66,8 @@ impl Action {
             Action::RunExport => "run.export",
             Action::SettingModify => qiwu_storage::SETTING_MODIFY_ACTION,
             Action::TemplateModify => qiwu_storage::TEMPLATE_MODIFY_ACTION,
+            Action::ApiKeyCreate => "apikey.create",
+            Action::ApiKeyRevoke => "apikey.revoke",
         }
     }
 
@@ -83,6 +90,8 @@ impl Action {
             Action::RunExport => ("导出执行记录", "Export runs"),
             Action::SettingModify => ("修改参数", "Modify setting"),
             Action::TemplateModify => ("修改站内信模板", "Modify notification template"),
+            Action::ApiKeyCreate => ("创建 API 密钥", "Create API key"),
+            Action::ApiKeyRevoke => ("吊销 API 密钥", "Revoke API key"),
         };
         lang.pick(zh, en)
     }
@@ -95,10 +104,17 @@ pub enum Target {
     Run,
     Setting,
     Template,
+    ApiKey,
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [Target::Job, Target::Run, Target::Setting, Target::Template];
+    pub const ALL: [Target; 5] = [
+        Target::Job,
+        Target::Run,
+        Target::Setting,
+        Target::Template,
+        Target::ApiKey,
+    ];
 
     pub fn code(self) -> &'static str {
         match self {
@@ -106,6 +122,7 @@ impl Target {
             Target::Run => "run",
             Target::Setting => qiwu_storage::SETTING_TARGET,
             Target::Template => qiwu_storage::TEMPLATE_TARGET,
+            Target::ApiKey => "apikey",
         }
     }
 }

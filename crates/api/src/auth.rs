@@ -1,13 +1,19 @@
-//! Bearer JWT authentication (HS256) and the permission codes of SPEC §9.
+//! Bearer authentication and the permission codes of SPEC §9: a signed-in
+//! person brings an HS256 JWT, a service account an API key (`qk_…`), both
+//! as `Authorization: Bearer`.
 
 use std::collections::BTreeSet;
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpRequest, web};
+use chrono::Utc;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use qiwu_domain::Lang;
+use qiwu_storage::{API_KEY_MARK, ApiKeyRecord};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ErrorKind, Text, request_lang};
@@ -165,14 +171,8 @@ fn unauthenticated(lang: Lang, zh: &str, en: &str) -> ApiError {
     ApiError::new(lang, ErrorKind::Unauthenticated(Text::new(zh, en)))
 }
 
-fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
-    let lang = request_lang(req);
-    let Some(state) = req.app_data::<web::Data<AppState>>() else {
-        return Err(ApiError::internal(
-            lang,
-            std::io::Error::other("AppState is not registered"),
-        ));
-    };
+/// The bearer token of a request, or the 401 saying what is wrong with it.
+fn bearer_token(req: &HttpRequest, lang: Lang) -> Result<&str, ApiError> {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
         return Err(unauthenticated(
             lang,
@@ -180,7 +180,7 @@ fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
             "Missing the Authorization: Bearer token",
         ));
     };
-    let token = value
+    value
         .to_str()
         .ok()
         .and_then(|v| {
@@ -188,14 +188,18 @@ fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(str::trim)
-        .filter(|t| !t.is_empty());
-    let Some(token) = token else {
-        return Err(unauthenticated(
-            lang,
-            "Authorization 头必须是 Bearer 令牌",
-            "The Authorization header must carry a Bearer token",
-        ));
-    };
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            unauthenticated(
+                lang,
+                "Authorization 头必须是 Bearer 令牌",
+                "The Authorization header must carry a Bearer token",
+            )
+        })
+}
+
+/// The caller of a JWT: checked in memory, no database.
+fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal, ApiError> {
     let claims = state.keys.verify(token).map_err(|e| {
         use jsonwebtoken::errors::ErrorKind as J;
         match e.kind() {
@@ -208,11 +212,7 @@ fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
         }
     })?;
     Ok(Principal {
-        perms: claims
-            .perms
-            .iter()
-            .filter_map(|c| Permission::from_code(c))
-            .collect(),
+        perms: known_perms(&claims.perms),
         sub: claims.sub,
         name: claims.name,
         super_admin: claims.super_admin,
@@ -220,12 +220,87 @@ fn authenticate(req: &HttpRequest) -> Result<Principal, ApiError> {
     })
 }
 
+/// The caller of an API key: one lookup by the key's prefix. An unknown,
+/// wrong or revoked key is a 401; what it may do is decided later (403).
+async fn api_key_principal(
+    state: web::Data<AppState>,
+    key: String,
+    lang: Lang,
+) -> Result<Principal, ApiError> {
+    let found = state
+        .store
+        .api_keys()
+        .authenticate(&key, Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let Some(record) = found else {
+        return Err(unauthenticated(
+            lang,
+            "API 密钥无效或已被吊销",
+            "The API key is not valid or has been revoked",
+        ));
+    };
+    Ok(Principal::for_api_key(record, lang))
+}
+
+/// The codes we know; others (from a newer or older release) grant nothing.
+fn known_perms(codes: &[String]) -> BTreeSet<Permission> {
+    codes
+        .iter()
+        .filter_map(|c| Permission::from_code(c))
+        .collect()
+}
+
+impl Principal {
+    /// A service account: never a super admin, holding the key's scopes.
+    fn for_api_key(key: ApiKeyRecord, lang: Lang) -> Principal {
+        Principal {
+            sub: format!("apikey:{}", key.name),
+            perms: known_perms(&key.perms),
+            name: key.name,
+            super_admin: false,
+            lang,
+        }
+    }
+}
+
+/// The caller of a request: ready at once for a JWT, after a database
+/// lookup for an API key (so JWT requests allocate nothing extra).
+pub enum PrincipalFuture {
+    Ready(Ready<Result<Principal, ApiError>>),
+    Lookup(Pin<Box<dyn Future<Output = Result<Principal, ApiError>>>>),
+}
+
+impl Future for PrincipalFuture {
+    type Output = Result<Principal, ApiError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            PrincipalFuture::Ready(ready) => Pin::new(ready).poll(cx),
+            PrincipalFuture::Lookup(lookup) => lookup.as_mut().poll(cx),
+        }
+    }
+}
+
 impl FromRequest for Principal {
     type Error = ApiError;
-    type Future = Ready<Result<Principal, ApiError>>;
+    type Future = PrincipalFuture;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req))
+        let lang = request_lang(req);
+        let Some(state) = req.app_data::<web::Data<AppState>>() else {
+            return PrincipalFuture::Ready(ready(Err(ApiError::internal(
+                lang,
+                std::io::Error::other("AppState is not registered"),
+            ))));
+        };
+        match bearer_token(req, lang) {
+            Ok(token) if token.starts_with(API_KEY_MARK) => PrincipalFuture::Lookup(Box::pin(
+                api_key_principal(state.clone(), token.to_owned(), lang),
+            )),
+            Ok(token) => PrincipalFuture::Ready(ready(jwt_principal(state, token, lang))),
+            Err(e) => PrincipalFuture::Ready(ready(Err(e))),
+        }
     }
 }
 

@@ -304,11 +304,11 @@ pub struct AuditDto {
     pub actor: String,
     /// `job.create`, `job.modify`, `job.enable`, `job.disable`, `job.delete`,
     /// `job.export`, `job.run`, `run.delete`, `run.clear`, `run.export`,
-    /// `setting.modify` or `template.modify`.
+    /// Such as `job.create`, `setting.modify` or `apikey.revoke`.
     pub action: String,
     /// The action in the request's language.
     pub action_label: String,
-    /// `job`, `run`, `setting` or `notification_template`.
+    /// `job`, `run`, `setting`, `notification_template` or `apikey`.
     pub target_type: String,
     /// Null for actions on many objects (export, clear, batch delete of runs).
     pub target_id: Option<String>,
@@ -358,7 +358,7 @@ pub struct AuditQuery {
     pub actor: Option<String>,
     /// An action code, such as `job.modify`.
     pub action: Option<String>,
-    /// `job` or `run`.
+    /// `job`, `run` or `apikey`.
     pub target_type: Option<String>,
     /// Exact target id.
     pub target_id: Option<String>,

@@ -59,7 +59,10 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(notifications::read_notification)
         .service(templates::list_templates)
         .service(templates::get_template)
-        .service(templates::update_template);
+        .service(templates::update_template)
+        .service(api_keys::list_api_keys)
+        .service(api_keys::create_api_key)
+        .service(api_keys::revoke_api_key);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

@@ -34,7 +34,7 @@ pub struct NewAudit {
     pub actor: String,
     /// A code such as `job.modify` or `run.clear`.
     pub action: String,
-    /// What kind of object: `job`, `run`.
+    /// What kind of object: `job`, `run`, `apikey`.
     pub target_type: String,
     /// Which one; `None` for actions on many (export, clear).
     pub target_id: Option<String>,

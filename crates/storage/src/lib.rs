@@ -2,6 +2,7 @@
 //! hand-written entities for every table, and repositories that turn rows into
 //! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod api_keys;
 mod audit;
 mod cluster;
 mod coord;
@@ -19,6 +20,7 @@ mod settings;
 mod store;
 pub mod timestamp;
 
+pub use api_keys::{API_KEY_MARK, ApiKeyRecord, ApiKeyRepo};
 pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
