@@ -276,3 +276,149 @@ async fn a_missing_handler_fails_without_retry() {
     assert_eq!(runs[0].status, "failed");
     assert!(runs[0].error.contains("gone.away"), "{runs:#?}");
 }
+
+/// A webhook receiver on 127.0.0.1:0 that records each request's headers
+/// and body and answers 200.
+struct Receiver {
+    url: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&requests);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = std::sync::Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut data = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let Ok(n) = socket.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&data).to_string();
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let length = head
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                                })
+                                .unwrap_or(0);
+                            if body.len() >= length {
+                                seen.lock()
+                                    .expect("lock")
+                                    .push((head.to_string(), body.to_string()));
+                                let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Receiver { url, requests }
+    }
+}
+
+#[tokio::test]
+async fn a_timeout_raises_an_inbox_alert_and_a_signed_webhook_delivery() {
+    const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
+    let receiver = Receiver::start().await;
+    let server = Server::start_with(
+        common::Db::Sqlite,
+        &[("QIWU_WEBHOOK_SECRET", WEBHOOK_SECRET)],
+    );
+    let admin = admin_token();
+    let resp = client()
+        .put(server.url("/api/settings/notify.webhook_url"))
+        .bearer_auth(&admin)
+        .json(&json!({"value": receiver.url}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let store = server.store().await;
+    let job = create(&server, json!({"name": "too slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 200, "params": {"delayMs": 5000}})).await;
+    run_once(&server, job).await;
+    wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.iter().any(|r| r.status == "timeout")
+    })
+    .await;
+
+    // The inbox of the super admins holds the alert.
+    let start = std::time::Instant::now();
+    let alert = loop {
+        let inbox: Value = client()
+            .get(server.url("/api/notifications"))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        if let Some(first) = inbox["items"].as_array().and_then(|i| i.first()).cloned() {
+            break first;
+        }
+        assert!(start.elapsed() < LIMIT, "no alert in the inbox: {inbox}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(alert["title"], "任务超时：too slow");
+    let body = alert["body"].as_str().expect("body");
+    assert!(body.contains("demo.echo") && body.contains("200"), "{body}");
+
+    // The built-in dispatch job delivers it to the webhook, signed.
+    let jobs: Value = client()
+        .get(server.url("/api/jobs?handler=notify.dispatch"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let dispatch = jobs["items"][0]["id"]
+        .as_i64()
+        .expect("the dispatch job was seeded");
+    run_once(&server, dispatch).await;
+    let start = std::time::Instant::now();
+    while receiver.requests.lock().expect("lock").is_empty() {
+        assert!(start.elapsed() < LIMIT, "no webhook delivery");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (head, body) = receiver.requests.lock().expect("lock")[0].clone();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_default()
+    };
+    let timestamp = header("x-qiwu-timestamp");
+    let expected =
+        qiwu_scheduler_worker::handlers::dispatch::signature(WEBHOOK_SECRET, &timestamp, &body);
+    // `signature` returns the header value, `sha256=<hex>`.
+    assert!(expected.starts_with("sha256=") && expected.len() == 7 + 64);
+    assert_eq!(header("x-qiwu-signature"), expected);
+    let payload: Value = serde_json::from_str(&body).expect("json payload");
+    assert_eq!(payload["title"], "任务超时：too slow");
+}
