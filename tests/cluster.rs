@@ -319,32 +319,61 @@ async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_on_mariadb_through_a_kill() {
+async fn two_workers_on_mariadb_through_a_kill_and_a_rolling_restart() {
     let mut cluster = Cluster::start(Db::MySql, 2);
     let mut jobs = Vec::new();
     for i in 0..10 {
-        jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
+        jobs.push(
+            cluster
+                .create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"}))
+                .await,
+        );
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let from = chrono::Utc::now().timestamp_millis();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // A crash: w2 keeps every job firing.
     let killed = cluster.workers.remove("w1").expect("w1");
     let _ = killed.kill();
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let to = chrono::Utc::now().timestamp_millis() - 2000;
-    if let Some(worker) = cluster.workers.remove("w2") {
-        let _ = worker.stop();
-    }
-    // w1 was killed: its runs were closed by w2's sweep or are short enough
-    // to have ended; restart it so that its own leftovers are closed.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     cluster.start_worker("w1");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    if let Some(worker) = cluster.workers.remove("w1") {
-        let _ = worker.stop();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // A rolling restart: stop w2 cleanly, start it again.
+    let stopped = cluster.workers.remove("w2").expect("w2");
+    let _ = stopped.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.start_worker("w2");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let to = chrono::Utc::now().timestamp_millis() - 2000;
+    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
+    for id in ids {
+        if let Some(worker) = cluster.workers.remove(&id) {
+            let _ = worker.stop();
+        }
     }
     let store = cluster.store().await;
     let runs = all_runs(&store).await;
     check(&runs, &jobs, (from, to), None, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_another_time_zone_refuses_to_start() {
+    let cluster = Cluster::start(Db::Postgres, 0);
+    let mut env = cluster.env("w-tokyo");
+    env.retain(|(k, _)| *k != "QIWU_TIMEZONE");
+    env.push(("QIWU_TIMEZONE", "Asia/Tokyo".into()));
+    let out = Command::new(common::BIN)
+        .arg("worker")
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run worker");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("QIWU_TIMEZONE=Asia/Tokyo differs from the cluster's zone UTC"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
