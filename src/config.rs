@@ -26,6 +26,9 @@ pub struct Config {
     /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
     /// deliveries with; without it nothing is delivered.
     pub webhook_secret: Option<String>,
+    /// `QIWU_CONFIG`: the file that declares handlers in other services
+    /// (read by `serve`, `api` and `worker`; see `config_file`).
+    pub config_file: Option<PathBuf>,
 }
 
 fn var(name: &str) -> anyhow::Result<Option<String>> {
@@ -96,6 +99,7 @@ impl Config {
         {
             bail!("QIWU_WEBHOOK_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
+        let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
         Ok(Config {
             listen,
             database_url,
@@ -105,6 +109,7 @@ impl Config {
             timezone,
             instance_id,
             webhook_secret,
+            config_file,
         })
     }
 

@@ -2,6 +2,7 @@
 //! parses the command line and hands over to the library crates.
 
 mod config;
+mod config_file;
 
 use std::time::Duration;
 
@@ -225,6 +226,15 @@ fn redact(url: &str) -> String {
 }
 
 async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
+    // Before anything else: a bad file stops start-up having touched nothing.
+    let remote = match &config.config_file {
+        Some(path) => config_file::load(
+            path,
+            &qiwu_scheduler_worker::handlers::builtin_catalog()
+                .context("the built-in handler catalog is invalid")?,
+        )?,
+        None => Vec::new(),
+    };
     let store = open_store(&config).await?;
     if role == Role::Worker {
         // Workers never migrate: several starting at once would race.
@@ -262,7 +272,11 @@ async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         store.clone(),
         config.webhook_secret.clone(),
     )
-    .context("the built-in handler registry is invalid")?;
+    .context("the built-in handler registry is invalid")?
+    // Every role: the API lists them and validates jobs against them, the
+    // workers call them.
+    .with_remote(remote_handlers(remote)?)
+    .context("QIWU_CONFIG: cannot register the handlers it declares")?;
     if role != Role::Worker {
         // Built-in jobs are seeded once, ever, for the handlers registered.
         let seeded = qiwu_scheduler_worker::seed::seed_builtin_jobs(
@@ -415,6 +429,35 @@ async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         Ok(Err(e)) => Err(e).context("the HTTP server failed"),
         Err(e) => Err(e).context("the HTTP server task failed"),
     }
+}
+
+/// A declared handler with the code that calls it.
+type RemoteEntry = (
+    qiwu_domain::HandlerDescriptor,
+    std::sync::Arc<dyn qiwu_scheduler_worker::handlers::Handler>,
+);
+
+/// The handlers in other services, each calling its URL through one
+/// shared HTTP client.
+fn remote_handlers(
+    declared: Vec<config_file::RemoteDeclaration>,
+) -> anyhow::Result<Vec<RemoteEntry>> {
+    use qiwu_scheduler_worker::handlers::remote::{RemoteHandler, client};
+    if declared.is_empty() {
+        return Ok(Vec::new());
+    }
+    let client = client()?;
+    let mut entries: Vec<RemoteEntry> = Vec::with_capacity(declared.len());
+    for d in declared {
+        let handler = RemoteHandler::new(d.url, d.secret, client.clone());
+        tracing::info!(
+            handler = %d.descriptor.name,
+            host = %handler.host(),
+            "handler in another service declared in QIWU_CONFIG"
+        );
+        entries.push((d.descriptor, std::sync::Arc::new(handler)));
+    }
+    Ok(entries)
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -11,4 +11,6 @@ pub enum WorkerError {
     InvalidStoredJob { job_id: i64, reason: String },
     #[error("cannot seed built-in job {key}: {reason}")]
     Seed { key: String, reason: String },
+    #[error("cannot build the HTTP client for handlers in other services: {0}")]
+    HttpClient(String),
 }

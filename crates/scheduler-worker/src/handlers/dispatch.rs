@@ -240,7 +240,7 @@ async fn deliver(
 }
 
 /// The error and its causes, without the URL (it may carry a token).
-fn describe(e: reqwest::Error) -> String {
+pub(super) fn describe(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);

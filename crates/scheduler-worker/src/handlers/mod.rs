@@ -1,10 +1,12 @@
-//! The handler trait, the registry built at start-up from code, and the
+//! The handler trait, the registry built at start-up from code (and from
+//! the operator's declarations of handlers in other services), and the
 //! built-in handlers. The registry is the whitelist: a job can only name a
 //! handler registered here, and nothing is ever looked up by reflection.
 
 pub mod dispatch;
 mod echo;
 pub mod purge;
+pub mod remote;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -41,6 +43,28 @@ impl Registry {
         let mut descriptors = Vec::new();
         let mut handlers = BTreeMap::new();
         for (descriptor, handler) in entries {
+            handlers.insert(descriptor.name.clone(), handler);
+            descriptors.push(descriptor);
+        }
+        Ok(Registry {
+            catalog: HandlerCatalog::new(descriptors)?,
+            handlers,
+        })
+    }
+
+    /// Adds handlers that live in other services (SPEC §7.1), declared by
+    /// the operator at start-up, to these. A name already registered is
+    /// refused rather than replaced.
+    pub fn with_remote(
+        self,
+        entries: impl IntoIterator<Item = (HandlerDescriptor, Arc<dyn Handler>)>,
+    ) -> Result<Registry, HandlerError> {
+        let mut descriptors: Vec<HandlerDescriptor> = self.catalog.iter().cloned().collect();
+        let mut handlers = self.handlers;
+        for (descriptor, handler) in entries {
+            if handlers.contains_key(&descriptor.name) {
+                return Err(HandlerError::Duplicate(descriptor.name));
+            }
             handlers.insert(descriptor.name.clone(), handler);
             descriptors.push(descriptor);
         }
@@ -173,5 +197,53 @@ mod tests {
         for d in catalog.iter() {
             assert!(registry.get(&d.name).is_some(), "{} is implemented", d.name);
         }
+    }
+
+    fn remote(name: &str) -> (HandlerDescriptor, Arc<dyn Handler>) {
+        let descriptor = HandlerDescriptor::new(
+            name,
+            ("清理过期在线会话", "Sweep expired sessions"),
+            ("", ""),
+            json!({"type": "object", "properties": {"batch": {"type": "integer", "default": 500}}}),
+        )
+        .expect("descriptor");
+        let url = remote::Url::parse("http://sessions.internal/sweep").expect("url");
+        let client = remote::client().expect("client");
+        let handler = remote::RemoteHandler::new(url, "s".repeat(16), client);
+        (descriptor, Arc::new(handler))
+    }
+
+    #[tokio::test]
+    async fn remote_handlers_join_the_catalog_and_never_replace_one() {
+        let store = crate::test_support::test_store().await;
+        let builtin = builtin_registry(store.store.clone(), None).expect("registry");
+        let registry = builtin
+            .clone()
+            .with_remote([remote("session.sweep"), remote("wf.task.remind")])
+            .expect("with remote");
+        let names: Vec<&str> = registry.catalog().iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "audit.purge",
+                "demo.echo",
+                "notify.dispatch",
+                "session.sweep",
+                "wf.task.remind"
+            ]
+        );
+        let sweep = registry.catalog().get("session.sweep").expect("listed");
+        assert_eq!(sweep.title_en, "Sweep expired sessions");
+        assert_eq!(
+            serde_json::Value::Object(sweep.default_params()),
+            json!({"batch": 500})
+        );
+        assert!(registry.get("session.sweep").is_some());
+        assert!(registry.get("demo.echo").is_some());
+
+        let clash = builtin.clone().with_remote([remote("demo.echo")]);
+        assert!(matches!(clash, Err(HandlerError::Duplicate(n)) if n == "demo.echo"));
+        let twice = builtin.with_remote([remote("session.sweep"), remote("session.sweep")]);
+        assert!(matches!(twice, Err(HandlerError::Duplicate(n)) if n == "session.sweep"));
     }
 }
