@@ -75,7 +75,17 @@ pub(crate) async fn execute(
     if let Source::Scheduled { delay, .. } = source
         && !delay.is_zero()
     {
+        // A backup owner: normally the primary has claimed by now, and one
+        // indexed read saves the lock and claim round trips.
         tokio::time::sleep(delay).await;
+        if shared
+            .store
+            .fires()
+            .is_claimed(job.id, trigger, scheduled_at)
+            .await?
+        {
+            return Ok(());
+        }
     }
     let runnable = cannot_run(&shared, &job);
     let guard = if job.allow_concurrent {

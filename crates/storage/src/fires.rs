@@ -391,6 +391,26 @@ impl FireRepo<'_> {
         Ok(result.rows_affected == 1)
     }
 
+    /// True when the fire already has its claim row (a backup owner looks
+    /// before it does the work of claiming).
+    pub async fn is_claimed(
+        &self,
+        job_id: i64,
+        trigger: Trigger,
+        scheduled_at: DateTime<Utc>,
+    ) -> Result<bool, StorageError> {
+        let found = fire::Entity::find()
+            .select_only()
+            .column(fire::Column::Id)
+            .filter(fire::Column::JobId.eq(job_id))
+            .filter(fire::Column::Trigger.eq(trigger.as_str()))
+            .filter(fire::Column::ScheduledAt.eq(to_millis(scheduled_at)))
+            .into_tuple::<i64>()
+            .one(self.store.connection())
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// True while some run of the job is `running` (on any instance).
     pub async fn has_running(&self, job_id: i64) -> Result<bool, StorageError> {
         let found = run::Entity::find()
