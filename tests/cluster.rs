@@ -453,3 +453,45 @@ async fn wait(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
+    let mut cluster = Cluster::start(Db::Postgres, 2);
+    let job = cluster
+        .create(json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}}))
+        .await;
+    let resp = client()
+        .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let store = cluster.store().await;
+    let runs = wait(&store, job, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let owner = runs[0].instance.clone();
+    let killed_at = std::time::Instant::now();
+    let victim = cluster.workers.remove(&owner).expect("the running worker");
+    let _ = victim.kill();
+    // The survivor closes the run within 30 s (15 s of silence + a beat).
+    let runs = wait(&store, job, |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    assert_eq!(runs[0].status, "failed");
+    assert!(runs[0].error.contains("Instance lost"), "{runs:#?}");
+    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
+    for id in ids {
+        if let Some(worker) = cluster.workers.remove(&id) {
+            let _ = worker.stop();
+        }
+    }
+}
