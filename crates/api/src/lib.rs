@@ -86,7 +86,7 @@ fn base_document() -> OpenApi {
                     SecurityScheme::Http(
                         HttpBuilder::new()
                             .scheme(HttpAuthScheme::Bearer)
-                            .bearer_format("JWT")
+                            .bearer_format("JWT, or an API key qk_…")
                             .build(),
                     ),
                 )
