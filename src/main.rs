@@ -142,7 +142,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command.unwrap_or(Command::Serve))) {
+    let result = runtime.block_on(run(cli.command.unwrap_or(Command::Serve)));
+    // A handler that never yields must not hold the exit past the grace.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -495,3 +495,47 @@ async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_in_a_cluster_runs_once_and_is_never_a_lost_race() {
+    let mut cluster = Cluster::start(Db::Postgres, 3);
+    let job = cluster
+        .create(json!({"name": "manual", "handler": "demo.echo", "enabled": false, "params": {"message": "ran"}}))
+        .await;
+    let store = cluster.store().await;
+    for round in 1..=5 {
+        let resp = client()
+            .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let runs = wait(&store, job, |runs| {
+            runs.len() == round && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+        // Every worker heard the message; exactly one ran it, and ran it.
+        let last = runs.iter().max_by_key(|r| r.id).expect("a run");
+        assert_eq!(
+            (last.status.as_str(), last.output.as_str()),
+            ("success", "ran"),
+            "{runs:#?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        all_runs(&store)
+            .await
+            .iter()
+            .filter(|r| r.job_id == job)
+            .count(),
+        5
+    );
+    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
+    for id in ids {
+        if let Some(worker) = cluster.workers.remove(&id) {
+            let _ = worker.stop();
+        }
+    }
+}

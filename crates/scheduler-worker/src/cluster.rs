@@ -8,8 +8,6 @@
 //! taken. When a worker dies, the backup keeps firing its jobs at once, and
 //! the unique claim keeps doubles out during any hand-over.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -66,11 +64,21 @@ pub struct Membership {
     pub live: Vec<String>,
 }
 
+/// FNV-1a over the instance id and the job id: a hash every build of the
+/// worker computes alike (std's `DefaultHasher` may change between Rust
+/// releases, and workers built apart must agree on owners).
 fn score(instance: &str, job_id: i64) -> u64 {
-    let mut h = DefaultHasher::new();
-    instance.hash(&mut h);
-    job_id.hash(&mut h);
-    h.finish()
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in instance.bytes().chain([0xff]).chain(job_id.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    // A final mix spreads FNV's weak low bits.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 impl Membership {
@@ -145,10 +153,7 @@ pub(crate) async fn heartbeat_loop(hb: Heartbeat, mut shutdown: watch::Receiver<
             () = crate::context::shutting_down(&mut shutdown) => break,
         }
     }
-    // A clean stop hands this worker's jobs over at once.
-    if let Err(e) = hb.store.cluster().remove(&hb.instance).await {
-        tracing::warn!(error = %e, "cannot unregister this instance");
-    }
+    // The engine unregisters this instance once its runs are closed.
 }
 
 async fn beat(hb: &Heartbeat, started: DateTime<Utc>) -> Result<(), WorkerError> {
@@ -182,9 +187,26 @@ async fn beat(hb: &Heartbeat, started: DateTime<Utc>) -> Result<(), WorkerError>
         }
         tracing::warn!(instances = ?ids, closed, "closed the runs of lost instances");
     }
-    let mut live: Vec<String> = cluster
-        .live(since)
-        .await?
+    let live_all = cluster.live(since).await?;
+    // Runs of instances with no heart-beat row at all (gone after
+    // unregistering, or from an older id) are closed too.
+    let live_ids: Vec<String> = live_all.iter().map(|i| i.id.clone()).collect();
+    let orphans = store
+        .fires()
+        .close_orphans(
+            &live_ids,
+            since,
+            "实例失联（没有心跳记录），执行被关闭 / Instance lost (no heart-beat record); the run was closed",
+            now,
+        )
+        .await?;
+    if orphans > 0 {
+        tracing::warn!(
+            closed = orphans,
+            "closed runs of instances without a heart-beat"
+        );
+    }
+    let mut live: Vec<String> = live_all
         .into_iter()
         .filter(|i| i.role == "worker")
         .map(|i| i.id)

@@ -31,6 +31,14 @@ pub const REASON_RESTART: &str = "实例在执行结束前停止（进程退出�
 pub const REASON_SHUTDOWN: &str =
     "服务正在关闭，执行被中断 / The service shut down and interrupted the run";
 
+/// How far behind "now" a starting cluster worker draws the line between
+/// missed fires and fires it arms (see `Engine::run`).
+const CATCH_UP_GRACE_SECS: i64 = 2;
+/// How long the once-key guarding a misfire catch-up lives: long enough for
+/// every starting worker to see it, short enough that a catch-up cut off by
+/// a crash is retried at the next start.
+const MISFIRE_ONCE_TTL: Duration = Duration::from_secs(60);
+
 /// How many missed fire times a misfire record counts exactly.
 const MISFIRE_COUNT_CAP: usize = 10_000;
 /// Jobs read per page when loading them all.
@@ -252,13 +260,22 @@ impl Engine {
         }
         let mut state = LoopState {
             timers: Timers::new(),
+            manual_in_flight: Arc::new(Mutex::new(HashSet::new())),
             jobs: HashMap::new(),
             tasks: JoinSet::new(),
             shutdown: shutdown.clone(),
         };
         let jobs = load_all_jobs(store).await?;
-        catch_up_misfires(&shared, &jobs, &mut state).await?;
-        state.apply_all(&shared, jobs);
+        // One instant splits "missed" from "to fire". In a cluster it lies a
+        // little in the past: a live peer may still be claiming the last
+        // fire times, and arming those here lets the unique claim decide
+        // rather than counting them as missed.
+        let split = match &shared.config.cluster {
+            Some(_) => shared.clock.now() - chrono::Duration::seconds(CATCH_UP_GRACE_SECS),
+            None => shared.clock.now(),
+        };
+        catch_up_misfires(&shared, &jobs, &mut state, split).await?;
+        state.apply_all_from(&shared, jobs, split);
         take_pending(&shared, &mut state).await?;
         tracing::info!(armed = state.jobs.len(), instance = %shared.config.instance, "engine started");
 
@@ -369,11 +386,15 @@ impl Engine {
             .fires()
             .close_running(Some(&instance), REASON_SHUTDOWN, shared.clock.now())
             .await?;
-        // The heart-beat unregisters this instance on its way out.
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             while helpers.join_next().await.is_some() {}
         })
         .await;
+        // Only now, with its runs closed, does this worker leave the live
+        // set: its jobs move to the others at their next heart-beat.
+        if shared.config.cluster.is_some() {
+            store.cluster().remove(&shared.config.instance).await?;
+        }
         Ok(())
     }
 }
@@ -381,6 +402,9 @@ impl Engine {
 /// The loop's own state.
 struct LoopState {
     timers: Timers,
+    /// "Run once" fires a task of this process is already taking; the same
+    /// fire may be announced twice (locally and over Redis, or by a poll).
+    manual_in_flight: Arc<Mutex<HashSet<i64>>>,
     /// The armed jobs, at the version their timer was armed.
     jobs: HashMap<i64, JobRecord>,
     tasks: JoinSet<()>,
@@ -396,6 +420,19 @@ impl LoopState {
         at: DateTime<Utc>,
         source: Source,
     ) {
+        let manual = match source {
+            Source::Manual { fire_id } => {
+                let Ok(mut in_flight) = self.manual_in_flight.lock() else {
+                    return;
+                };
+                if !in_flight.insert(fire_id) {
+                    return;
+                }
+                Some(fire_id)
+            }
+            _ => None,
+        };
+        let in_flight = Arc::clone(&self.manual_in_flight);
         let shared = Arc::clone(shared);
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {
@@ -403,11 +440,25 @@ impl LoopState {
             if let Err(e) = executor::execute(shared, job, trigger, at, source, shutdown).await {
                 tracing::error!(job = job_id, error = %e, "a fire could not be recorded");
             }
+            if let (Some(fire_id), Ok(mut set)) = (manual, in_flight.lock()) {
+                set.remove(&fire_id);
+            }
         });
     }
 
     /// Arms, re-arms or disarms one job after reading it.
     fn apply(&mut self, shared: &Shared, job: Option<JobRecord>, job_id: i64) {
+        self.apply_from(shared, job, job_id, shared.clock.now());
+    }
+
+    /// Like `apply`, arming from `from` rather than now.
+    fn apply_from(
+        &mut self,
+        shared: &Shared,
+        job: Option<JobRecord>,
+        job_id: i64,
+        from: DateTime<Utc>,
+    ) {
         let Some(job) = job.filter(|j| j.enabled && shared.rank(j.id).is_some()) else {
             self.timers.disarm(job_id);
             self.jobs.remove(&job_id);
@@ -430,7 +481,7 @@ impl LoopState {
                         cron,
                         tz: shared.zone_of(&job),
                     },
-                    shared.clock.now(),
+                    from,
                 );
                 self.jobs.insert(job.id, job);
             }
@@ -443,6 +494,10 @@ impl LoopState {
     }
 
     fn apply_all(&mut self, shared: &Shared, jobs: Vec<JobRecord>) {
+        self.apply_all_from(shared, jobs, shared.clock.now());
+    }
+
+    fn apply_all_from(&mut self, shared: &Shared, jobs: Vec<JobRecord>, from: DateTime<Utc>) {
         let seen: HashSet<i64> = jobs.iter().map(|j| j.id).collect();
         let gone: Vec<i64> = self
             .jobs
@@ -455,7 +510,7 @@ impl LoopState {
         }
         for job in jobs {
             let id = job.id;
-            self.apply(shared, Some(job), id);
+            self.apply_from(shared, Some(job), id, from);
         }
     }
 
@@ -593,9 +648,9 @@ async fn catch_up_misfires(
     shared: &Arc<Shared>,
     jobs: &[JobRecord],
     state: &mut LoopState,
+    now: DateTime<Utc>,
 ) -> Result<(), WorkerError> {
     let last_fires = shared.store.fires().last_fire_times().await?;
-    let now = shared.clock.now();
     for job in jobs.iter().filter(|j| j.enabled) {
         let Ok(cron) = CronExpr::parse(&job.cron) else {
             continue;
@@ -611,11 +666,7 @@ async fn catch_up_misfires(
         if let Some(cluster) = &shared.config.cluster {
             // One worker only handles a job's misfire: the first to mark it.
             let key = format!("misfire:{}:{}", job.id, from.timestamp_millis());
-            match cluster
-                .coord
-                .once(&key, Duration::from_secs(24 * 3600))
-                .await
-            {
+            match cluster.coord.once(&key, MISFIRE_ONCE_TTL).await {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {

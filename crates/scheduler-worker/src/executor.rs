@@ -63,6 +63,9 @@ fn ms(d: Duration) -> i64 {
 
 /// Runs one fire to its end. Returns early, having written nothing, when
 /// another instance claimed it or the job changed since the timer was armed.
+///
+/// Only the claim's winner takes the cluster lock: a loser never writes, so
+/// a lost race for the lock cannot turn a fire into a skip that nobody runs.
 pub(crate) async fn execute(
     shared: Arc<Shared>,
     job: JobRecord,
@@ -77,7 +80,10 @@ pub(crate) async fn execute(
     {
         // A backup owner: normally the primary has claimed by now, and one
         // indexed read saves the lock and claim round trips.
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = crate::context::shutting_down(&mut shutdown) => return Ok(()),
+        }
         if shared
             .store
             .fires()
@@ -95,7 +101,7 @@ pub(crate) async fn execute(
     };
     let busy = !job.allow_concurrent && guard.is_none();
     let started_at = shared.clock.now();
-    let (mut status, mut output, mut error) = match (&source, &runnable) {
+    let (status, output, error) = match (&source, &runnable) {
         (
             Source::Misfire {
                 skipped: Some(text),
@@ -110,34 +116,6 @@ pub(crate) async fn execute(
         ),
         (_, Ok(_)) => (RunStatus::Running, String::new(), String::new()),
     };
-    // Across processes, a non-concurrent job also needs the Redis lock, and
-    // no run of it may be going on anywhere (the database guard stands in
-    // for the lock's blind spot while Redis restarts).
-    let mut lock = None;
-    if let Some(cluster) = &shared.config.cluster
-        && status == RunStatus::Running
-        && !job.allow_concurrent
-    {
-        match cluster
-            .coord
-            .try_lock(job.id, &instance, cluster.lock_ttl)
-            .await
-        {
-            Ok(Some(held)) => {
-                if shared.store.fires().has_running(job.id).await? {
-                    let _ = cluster.coord.release(&held).await;
-                    (status, output) = (RunStatus::Skipped, SKIP_ELSEWHERE.to_string());
-                } else {
-                    lock = Some(held);
-                }
-            }
-            Ok(None) => (status, output) = (RunStatus::Skipped, SKIP_ELSEWHERE.to_string()),
-            Err(e) => {
-                tracing::warn!(job = job.id, error = %e, "job lock unavailable");
-                (status, error) = (RunStatus::Failed, LOCK_UNAVAILABLE.to_string());
-            }
-        }
-    }
     let first = RunStart {
         job_id: job.id,
         job_name: &job.name,
@@ -176,32 +154,114 @@ pub(crate) async fn execute(
             fires.claim(&claim, &first).await?
         }
         Source::Manual { fire_id } => {
-            if fires.claim_pending(fire_id, &instance, started_at).await? {
-                Some((fire_id, fires.start_run(fire_id, &first).await?))
-            } else {
-                None
-            }
+            fires
+                .claim_pending_with_run(fire_id, &instance, started_at, &first)
+                .await?
         }
     };
     let Some((fire_id, first_run)) = claimed else {
-        release(&shared, lock).await;
         return Ok(());
     };
-    let result = run_attempts(
+    if status != RunStatus::Running {
+        return Ok(());
+    }
+    let Ok(params) = runnable else {
+        return Ok(());
+    };
+    let lock = match cluster_lock(&shared, &job, first_run).await {
+        Ok(lock) => lock,
+        Err(end) => {
+            finish_reliably(&shared, first_run, &end, &mut shutdown).await;
+            return Ok(());
+        }
+    };
+    run_attempts(
         &shared,
         &job,
         fire_id,
         first_run,
         &first,
-        runnable,
-        status,
-        lock.as_ref(),
+        params,
+        lock,
         guard,
         &mut shutdown,
     )
-    .await;
-    release(&shared, lock).await;
-    result
+    .await
+}
+
+/// In a cluster, a non-concurrent job also needs the Redis lock, and no
+/// other run of it may be going on anywhere (the database check covers the
+/// lock's blind spot while Redis restarts). `Err` is how the already
+/// claimed run must end instead.
+async fn cluster_lock(
+    shared: &Shared,
+    job: &JobRecord,
+    run_id: i64,
+) -> Result<Option<qiwu_storage::JobLock>, RunEnd> {
+    let Some(cluster) = &shared.config.cluster else {
+        return Ok(None);
+    };
+    if job.allow_concurrent {
+        return Ok(None);
+    }
+    let end = |status: RunStatus, output: &str, error: &str| RunEnd {
+        status,
+        finished_at: shared.clock.now(),
+        duration_ms: 0,
+        output: output.to_string(),
+        error: error.to_string(),
+    };
+    match cluster
+        .coord
+        .try_lock(job.id, &shared.config.instance, cluster.lock_ttl)
+        .await
+    {
+        Ok(Some(held)) => match shared.store.fires().has_other_running(job.id, run_id).await {
+            Ok(false) => Ok(Some(held)),
+            Ok(true) => {
+                release(shared, Some(held)).await;
+                Err(end(RunStatus::Skipped, SKIP_ELSEWHERE, ""))
+            }
+            Err(e) => {
+                release(shared, Some(held)).await;
+                tracing::warn!(job = job.id, error = %e, "cannot check for other runs");
+                Err(end(RunStatus::Failed, "", LOCK_UNAVAILABLE))
+            }
+        },
+        Ok(None) => Err(end(RunStatus::Skipped, SKIP_ELSEWHERE, "")),
+        Err(e) => {
+            tracing::warn!(job = job.id, error = %e, "job lock unavailable");
+            Err(end(RunStatus::Failed, "", LOCK_UNAVAILABLE))
+        }
+    }
+}
+
+/// Writes a run's end, retrying a failing database until it answers or the
+/// process stops (then the shutdown sweep closes the run): a run must never
+/// stay `running` while its process lives.
+async fn finish_reliably(
+    shared: &Shared,
+    run_id: i64,
+    end: &RunEnd,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match shared.store.fires().finish_run(run_id, end).await {
+            Ok(_) => return,
+            Err(e) => {
+                tracing::error!(run = run_id, error = %e, "cannot record the end of a run; retrying")
+            }
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = crate::context::shutting_down(shutdown) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
 }
 
 async fn release(shared: &Shared, lock: Option<qiwu_storage::JobLock>) {
@@ -238,24 +298,21 @@ async fn run_attempts(
     fire_id: i64,
     first_run: i64,
     first: &RunStart<'_>,
-    runnable: Result<Map<String, Value>, String>,
-    status: RunStatus,
-    lock: Option<&qiwu_storage::JobLock>,
+    params: Map<String, Value>,
+    lock: Option<qiwu_storage::JobLock>,
     guard: Option<crate::engine::BusyGuard>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), WorkerError> {
     let fires = shared.store.fires();
     let started_at = first.started_at;
     let (lost_tx, mut lost) = watch::channel(false);
-    let renewal = lock.map(|l| tokio::spawn(renew_lock(Arc::clone(shared), l.clone(), lost_tx)));
+    let renewal = lock
+        .clone()
+        .map(|l| tokio::spawn(renew_lock(Arc::clone(shared), l, lost_tx)));
     let _renewal = AbortOnDrop(renewal);
-    let Ok(params) = runnable else {
-        return Ok(());
-    };
-    if status != RunStatus::Running {
-        return Ok(());
-    }
+    let has_lock = lock.is_some();
     let Some(handler) = shared.registry.get(&job.handler).cloned() else {
+        release(shared, lock).await;
         return Ok(());
     };
 
@@ -275,7 +332,13 @@ async fn run_attempts(
                 error: String::new(),
                 ..first.clone()
             };
-            run_id = fires.start_run(fire_id, &start).await?;
+            run_id = match fires.start_run(fire_id, &start).await {
+                Ok(id) => id,
+                Err(e) => {
+                    release(shared, lock).await;
+                    return Err(e.into());
+                }
+            };
         }
         let (stopper, stop) = stop_pair();
         let log = LogSink::default();
@@ -308,7 +371,7 @@ async fn run_attempts(
             joined = &mut task => Outcome::Done(joined),
             () = deadline => Outcome::TimedOut,
             () = crate::context::shutting_down(shutdown) => Outcome::Shutdown,
-            Ok(_) = lost.wait_for(|l| *l), if lock.is_some() => Outcome::LockLost,
+            Ok(_) = lost.wait_for(|l| *l), if has_lock => Outcome::LockLost,
         };
         let finish = |status: RunStatus, output: String, error: String| RunEnd {
             status,
@@ -319,31 +382,34 @@ async fn run_attempts(
         };
         let retryable = match outcome {
             Outcome::Done(Ok(Ok(value))) => {
-                fires
-                    .finish_run(
-                        run_id,
-                        &finish(RunStatus::Success, output_of(&log, &value), String::new()),
-                    )
-                    .await?;
+                finish_reliably(
+                    shared,
+                    run_id,
+                    &finish(RunStatus::Success, output_of(&log, &value), String::new()),
+                    shutdown,
+                )
+                .await;
                 false
             }
             Outcome::Done(Ok(Err(message))) => {
-                fires
-                    .finish_run(
-                        run_id,
-                        &finish(RunStatus::Failed, output_of(&log, ""), message),
-                    )
-                    .await?;
+                finish_reliably(
+                    shared,
+                    run_id,
+                    &finish(RunStatus::Failed, output_of(&log, ""), message),
+                    shutdown,
+                )
+                .await;
                 true
             }
             Outcome::Done(Err(join)) => {
                 let message = format!("处理器异常退出 / The handler panicked: {join}");
-                fires
-                    .finish_run(
-                        run_id,
-                        &finish(RunStatus::Failed, output_of(&log, ""), message),
-                    )
-                    .await?;
+                finish_reliably(
+                    shared,
+                    run_id,
+                    &finish(RunStatus::Failed, output_of(&log, ""), message),
+                    shutdown,
+                )
+                .await;
                 true
             }
             Outcome::TimedOut => {
@@ -352,12 +418,13 @@ async fn run_attempts(
                     "执行超过超时时间 {0} 毫秒，已通知处理器停止。\nThe attempt ran past its timeout of {0} ms; the handler was told to stop.",
                     job.timeout_ms
                 );
-                fires
-                    .finish_run(
-                        run_id,
-                        &finish(RunStatus::Timeout, output_of(&log, ""), message),
-                    )
-                    .await?;
+                finish_reliably(
+                    shared,
+                    run_id,
+                    &finish(RunStatus::Timeout, output_of(&log, ""), message),
+                    shutdown,
+                )
+                .await;
                 (shared.config.on_timeout)(TimeoutInfo {
                     job_id: job.id,
                     job_name: job.name.clone(),
@@ -369,30 +436,42 @@ async fn run_attempts(
                 })
                 .await;
                 if !job.allow_concurrent {
-                    // The job's slot stays taken until the handler really
-                    // ends, so no new fire overlaps a handler that ignores
-                    // the stop signal.
+                    // The job's slot (and lock) stay taken until the handler
+                    // really ends, so no new fire overlaps a handler that
+                    // ignores the stop signal.
                     tokio::select! {
                         _ = &mut task => {}
                         () = crate::context::shutting_down(shutdown) => return Ok(()),
+                        Ok(_) = lost.wait_for(|l| *l), if has_lock => {
+                            // The lock is gone while the handler still runs:
+                            // keep the local slot until it ends, never retry.
+                            tokio::spawn(async move {
+                                let _ = task.await;
+                                drop(guard);
+                            });
+                            return Ok(());
+                        }
                     }
                 }
                 true
             }
             Outcome::LockLost => {
                 stopper.stop(StopReason::LockLost);
-                fires
-                    .finish_run(
-                        run_id,
-                        &finish(
-                            RunStatus::Failed,
-                            output_of(&log, ""),
-                            LOCK_LOST.to_string(),
-                        ),
-                    )
-                    .await?;
+                finish_reliably(
+                    shared,
+                    run_id,
+                    &finish(
+                        RunStatus::Failed,
+                        output_of(&log, ""),
+                        LOCK_LOST.to_string(),
+                    ),
+                    shutdown,
+                )
+                .await;
                 // This process's own slot stays taken until the handler
-                // really ends.
+                // really ends. The lock is not released: if it is still ours
+                // (Redis errors rather than expiry), freeing it would let
+                // another worker overlap a handler that ignores its stop.
                 tokio::spawn(async move {
                     let _ = task.await;
                     drop(guard);
@@ -415,9 +494,7 @@ async fn run_attempts(
                         format!("{}\n{join}", crate::engine::REASON_SHUTDOWN),
                     ),
                 };
-                fires
-                    .finish_run(run_id, &finish(status, output, error))
-                    .await?;
+                finish_reliably(shared, run_id, &finish(status, output, error), shutdown).await;
                 false
             }
         };
@@ -428,9 +505,10 @@ async fn run_attempts(
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
             () = crate::context::shutting_down(shutdown) => break,
-            Ok(_) = lost.wait_for(|l| *l), if lock.is_some() => break,
+            Ok(_) = lost.wait_for(|l| *l), if has_lock => return Ok(()),
         }
     }
+    release(shared, lock).await;
     drop(guard);
     Ok(())
 }

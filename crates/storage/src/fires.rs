@@ -411,17 +411,73 @@ impl FireRepo<'_> {
         Ok(found.is_some())
     }
 
-    /// True while some run of the job is `running` (on any instance).
-    pub async fn has_running(&self, job_id: i64) -> Result<bool, StorageError> {
+    /// Takes a pending fire and records its first run in one transaction,
+    /// so a taken fire always has its run row. `None` when another instance
+    /// took it.
+    pub async fn claim_pending_with_run(
+        &self,
+        fire_id: i64,
+        instance: &str,
+        now: DateTime<Utc>,
+        first: &RunStart<'_>,
+    ) -> Result<Option<(i64, i64)>, StorageError> {
+        let txn = self.store.begin_write().await?;
+        let taken = fire::Entity::update_many()
+            .col_expr(fire::Column::State, "claimed".into())
+            .col_expr(fire::Column::ClaimedBy, Some(instance.to_string()).into())
+            .col_expr(fire::Column::ClaimedAt, Some(to_millis(now)).into())
+            .filter(fire::Column::Id.eq(fire_id))
+            .filter(fire::Column::State.eq("pending"))
+            .exec(&txn)
+            .await?;
+        if taken.rows_affected != 1 {
+            txn.rollback().await?;
+            return Ok(None);
+        }
+        let run = run_model(first, fire_id).insert(&txn).await?;
+        txn.commit().await?;
+        Ok(Some((fire_id, run.id)))
+    }
+
+    /// True while a run of the job other than `except_run` is `running`
+    /// (on any instance).
+    pub async fn has_other_running(
+        &self,
+        job_id: i64,
+        except_run: i64,
+    ) -> Result<bool, StorageError> {
         let found = run::Entity::find()
             .select_only()
             .column(run::Column::Id)
             .filter(run::Column::JobId.eq(job_id))
             .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Id.ne(except_run))
             .into_tuple::<i64>()
             .one(self.store.connection())
             .await?;
         Ok(found.is_some())
+    }
+
+    /// Closes `running` runs whose instance is not among `live` and that
+    /// started before `started_before`: left by a process that is gone
+    /// without a heart-beat row (a crash after unregistering, say).
+    pub async fn close_orphans(
+        &self,
+        live: &[String],
+        started_before: DateTime<Utc>,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StorageError> {
+        let result = run::Entity::update_many()
+            .col_expr(run::Column::Status, RunStatus::Failed.as_str().into())
+            .col_expr(run::Column::FinishedAt, Some(to_millis(now)).into())
+            .col_expr(run::Column::Error, reason.to_string().into())
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Instance.is_not_in(live.iter().cloned()))
+            .filter(run::Column::StartedAt.lt(to_millis(started_before)))
+            .exec(self.store.connection())
+            .await?;
+        Ok(result.rows_affected)
     }
 
     /// One fire, if it is still pending.

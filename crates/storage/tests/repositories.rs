@@ -1530,6 +1530,45 @@ async fn fire_manual_pending(store: Store) {
     assert!(store.fires().claim_pending(a, "w1", now()).await.unwrap());
     assert!(!store.fires().claim_pending(a, "w2", now()).await.unwrap());
     assert_eq!(store.fires().pending(10).await.unwrap().len(), 1);
+    // Taking a pending fire with its first run is one transaction: the
+    // loser writes nothing.
+    let first = run_start(job.id, qiwu_storage::Trigger::Manual, now(), "w1");
+    let (fire, run_id) = store
+        .fires()
+        .claim_pending_with_run(b, "w1", now(), &first)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fire, b);
+    assert!(
+        store
+            .fires()
+            .claim_pending_with_run(b, "w2", now(), &first)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        store.fires().runs_of_fire(b).await.unwrap(),
+        vec![(1, "running".to_string())]
+    );
+    assert!(
+        !store
+            .fires()
+            .has_other_running(job.id, run_id)
+            .await
+            .unwrap()
+    );
+    let mut other = first.clone();
+    other.attempt = 2;
+    store.fires().start_run(b, &other).await.unwrap();
+    assert!(
+        store
+            .fires()
+            .has_other_running(job.id, run_id)
+            .await
+            .unwrap()
+    );
     // Manual fires never count as the last scheduled fire.
     assert!(store.fires().last_fire_times().await.unwrap().is_empty());
 }
