@@ -447,8 +447,18 @@ impl LoopState {
     }
 
     /// Arms, re-arms or disarms one job after reading it.
+    /// A changed job is armed from the moment of its change (at most a few
+    /// seconds back), not from now: a fire of the new version that fell due
+    /// between the commit and this re-arm still runs, and nothing before
+    /// the change is ever run by it.
     fn apply(&mut self, shared: &Shared, job: Option<JobRecord>, job_id: i64) {
-        self.apply_from(shared, job, job_id, shared.clock.now());
+        let now = shared.clock.now();
+        let from = job.as_ref().map_or(now, |j| {
+            j.updated_at
+                .max(now - chrono::Duration::seconds(CATCH_UP_GRACE_SECS))
+                .min(now)
+        });
+        self.apply_from(shared, job, job_id, from);
     }
 
     /// Like `apply`, arming from `from` rather than now.
