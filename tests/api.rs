@@ -193,6 +193,43 @@ async fn job_lifecycle(db: Db) {
         .filter_map(|j| j["name"].as_str())
         .collect();
     assert_eq!(names, ["清理过期日志", "派发待发送通知"]);
+    // Built-in names follow the reader's language until renamed.
+    let resp = client()
+        .get(server.url("/api/jobs"))
+        .bearer_auth(&admin)
+        .header("Accept-Language", "en")
+        .send()
+        .await
+        .expect("request");
+    let english: Value = resp.json().await.expect("json");
+    let names: Vec<&str> = english["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|j| j["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["Purge expired logs", "Dispatch pending notifications"]
+    );
+    let purge = &english["items"][0];
+    let (status, renamed) = put(
+        &server,
+        &format!("/api/jobs/{}", purge["id"]),
+        &admin,
+        json!({"version": purge["version"], "name": "我的清理"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{renamed}");
+    let resp = client()
+        .get(server.url(&format!("/api/jobs/{}", purge["id"])))
+        .bearer_auth(&admin)
+        .header("Accept-Language", "en")
+        .send()
+        .await
+        .expect("request");
+    let detail: Value = resp.json().await.expect("json");
+    assert_eq!(detail["name"], "我的清理");
     assert!(
         page["items"]
             .as_array()
