@@ -34,6 +34,26 @@ impl Store {
 }
 
 impl PurgeRepo<'_> {
+    /// Deletes the rows with these ids in one transaction, a bounded `IN`
+    /// list at a time.
+    async fn delete_ids<E: EntityTrait>(
+        &self,
+        id: E::Column,
+        ids: &[i64],
+    ) -> Result<u64, StorageError> {
+        let txn = self.store.begin_write().await?;
+        let mut deleted = 0;
+        for chunk in ids.chunks(IN_CHUNK) {
+            deleted += E::delete_many()
+                .filter(id.is_in(chunk.iter().copied()))
+                .exec(&txn)
+                .await?
+                .rows_affected;
+        }
+        txn.commit().await?;
+        Ok(deleted)
+    }
+
     /// Deletes up to `limit` runs that started before `cutoff`, oldest
     /// first, whether soft-deleted or not. A run still `running` is left
     /// alone: the engine may be about to write its outcome.
@@ -53,17 +73,7 @@ impl PurgeRepo<'_> {
             .into_tuple()
             .all(self.store.connection())
             .await?;
-        let txn = self.store.begin_write().await?;
-        let mut deleted = 0;
-        for chunk in ids.chunks(IN_CHUNK) {
-            deleted += run::Entity::delete_many()
-                .filter(run::Column::Id.is_in(chunk.iter().copied()))
-                .exec(&txn)
-                .await?
-                .rows_affected;
-        }
-        txn.commit().await?;
-        Ok(deleted)
+        self.delete_ids::<run::Entity>(run::Column::Id, &ids).await
     }
 
     /// Deletes up to `limit` audit entries written before `cutoff`.
@@ -82,17 +92,8 @@ impl PurgeRepo<'_> {
             .into_tuple()
             .all(self.store.connection())
             .await?;
-        let txn = self.store.begin_write().await?;
-        let mut deleted = 0;
-        for chunk in ids.chunks(IN_CHUNK) {
-            deleted += audit_log::Entity::delete_many()
-                .filter(audit_log::Column::Id.is_in(chunk.iter().copied()))
-                .exec(&txn)
-                .await?
-                .rows_affected;
-        }
-        txn.commit().await?;
-        Ok(deleted)
+        self.delete_ids::<audit_log::Entity>(audit_log::Column::Id, &ids)
+            .await
     }
 
     /// Deletes up to `limit` notifications created before `cutoff`, read or
