@@ -156,7 +156,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // Every process lets go of the database before it is dropped.
         self.workers.clear();
+        let _ = self.api.child.kill();
+        let _ = self.api.child.wait();
         drop_database(self.db, &self.database);
     }
 }
