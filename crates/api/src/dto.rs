@@ -456,6 +456,24 @@ pub struct IdList {
     pub ids: Vec<i64>,
 }
 
+impl IdList {
+    /// Most ids one batch request may carry.
+    pub const MAX: usize = 1000;
+
+    /// The ids, or a 400 naming `ids` when there are none or too many.
+    pub fn checked(self, lang: qiwu_domain::Lang) -> Result<Vec<i64>, crate::error::ApiError> {
+        if self.ids.is_empty() || self.ids.len() > IdList::MAX {
+            return Err(crate::error::ApiError::field(
+                lang,
+                "ids",
+                format!("ids 需要 1–{} 个", IdList::MAX),
+                format!("ids must hold 1–{} ids", IdList::MAX),
+            ));
+        }
+        Ok(self.ids)
+    }
+}
+
 /// A cron expression to explain.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -19,7 +19,6 @@ use crate::state::AppState;
 
 const DEFAULT_PAGE_SIZE: u64 = 20;
 const MAX_PAGE_SIZE: u64 = 100;
-const MAX_BATCH: usize = 1000;
 /// Runs shown in a job's detail.
 const RECENT_RUNS: u64 = 10;
 
@@ -493,15 +492,7 @@ pub async fn batch_delete(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
     let lang = who.lang;
-    let ids = body.into_inner().ids;
-    if ids.is_empty() || ids.len() > MAX_BATCH {
-        return Err(ApiError::field(
-            lang,
-            "ids",
-            format!("ids 需要 1–{MAX_BATCH} 个"),
-            format!("ids must hold 1–{MAX_BATCH} ids"),
-        ));
-    }
+    let ids = body.into_inner().checked(lang)?;
     let deleted = state
         .store
         .jobs()

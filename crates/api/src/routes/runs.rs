@@ -17,7 +17,6 @@ use crate::query;
 use crate::state::AppState;
 
 const STATUSES: [&str; 5] = ["running", "success", "failed", "skipped", "timeout"];
-const MAX_BATCH: usize = 1000;
 
 /// The filters shared by the list and the export, each checked and named.
 fn run_filter(
@@ -288,15 +287,7 @@ pub async fn batch_delete_runs(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
     let lang = who.lang;
-    let mut ids = body.into_inner().ids;
-    if ids.is_empty() || ids.len() > MAX_BATCH {
-        return Err(ApiError::field(
-            lang,
-            "ids",
-            format!("ids 需要 1–{MAX_BATCH} 个"),
-            format!("ids must hold 1–{MAX_BATCH} ids"),
-        ));
-    }
+    let mut ids = body.into_inner().checked(lang)?;
     ids.sort_unstable();
     ids.dedup();
     let deleted = state
