@@ -136,7 +136,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
             .await
             .expect("create job");
     }
-    let registry = builtin_registry(store.clone(), None).expect("registry");
+    let registry = builtin_registry(store.clone(), None, Arc::new(SystemClock)).expect("registry");
     let coord = if workers > 0 {
         let url = std::env::var("QIWU_TEST_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
@@ -164,6 +164,8 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
                 shutdown_grace: Duration::from_secs(10),
                 reconcile_every: Duration::from_secs(3600),
                 close_all_running_at_start: cluster.is_none(),
+                misfire_threshold: Duration::from_secs(5),
+                max_in_flight: 2_000,
                 on_timeout: Arc::new(|_| Box::pin(async {})),
                 cluster,
             },

@@ -29,6 +29,22 @@ pub struct Config {
     /// `QIWU_CONFIG`: the file that declares handlers in other services
     /// (read by `serve`, `api` and `worker`; see `config_file`).
     pub config_file: Option<PathBuf>,
+    /// `QIWU_MISFIRE_THRESHOLD_MS`: a fire time not claimed within this long
+    /// is recorded by the job's misfire policy instead.
+    pub misfire_threshold: std::time::Duration,
+    /// `QIWU_MAX_IN_FLIGHT`: most fires running in one process at once.
+    pub max_in_flight: usize,
+}
+
+/// A whole number in `min..=max` from `name`, or `default` when unset.
+fn ranged(name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
+    match var(name)? {
+        None => Ok(default),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => bail!("{name}={v:?} must be a whole number from {min} to {max}"),
+        },
+    }
 }
 
 fn var(name: &str) -> anyhow::Result<Option<String>> {
@@ -100,6 +116,14 @@ impl Config {
             bail!("QIWU_WEBHOOK_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
         let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
+        let misfire_threshold = std::time::Duration::from_millis(ranged(
+            "QIWU_MISFIRE_THRESHOLD_MS",
+            1_000,
+            3_600_000,
+            5_000,
+        )?);
+        let max_in_flight = usize::try_from(ranged("QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
+            .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
         Ok(Config {
             listen,
             database_url,
@@ -110,6 +134,8 @@ impl Config {
             instance_id,
             webhook_secret,
             config_file,
+            misfire_threshold,
+            max_in_flight,
         })
     }
 

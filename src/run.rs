@@ -8,7 +8,7 @@ use anyhow::Context;
 use qiwu_api::{AppState, ChangeListener, Claims, JwtKeys};
 use qiwu_scheduler_worker::clock::SystemClock;
 use qiwu_scheduler_worker::{
-    ClusterConfig, Command as EngineCommand, Engine, EngineConfig, EngineHandle,
+    ClusterConfig, Command as EngineCommand, Engine, EngineConfig, EngineHandle, EngineStatus,
 };
 use qiwu_storage::{Change, Coord, Store};
 use tokio::sync::watch;
@@ -111,11 +111,20 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         )?,
         None => Vec::new(),
     };
-    let store = open_store(&config).await?;
-    if role == Role::Worker {
-        // Workers never migrate: several starting at once would race.
-        store.ping().await.context("the database does not answer")?;
+    let store = if role == Role::Worker {
+        // Workers never migrate (several starting at once would race), and
+        // they start without the database: the engine waits for it and for
+        // the schema, and `/readyz` says what it waits for.
+        Store::open_lazy(&config.database_url).await.with_context(|| {
+            format!(
+                "invalid QIWU_DATABASE_URL ({})",
+                redact(&config.database_url)
+            )
+        })?
     } else {
+        open_store(&config).await?
+    };
+    if role != Role::Worker {
         store.migrate().await.context("migrations failed")?;
         store
             .templates()
@@ -131,7 +140,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             })?),
             _ => None,
         };
-    if coord.is_some() {
+    // Workers check the zone when their engine starts (the schema may not
+    // be there yet).
+    if coord.is_some() && role != Role::Worker {
         let agreed = store
             .cluster()
             .agree_timezone(config.timezone.name(), chrono::Utc::now())
@@ -144,9 +155,15 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             );
         }
     }
+    let cluster = coord.clone().map(ClusterConfig::new);
+    let clock: std::sync::Arc<dyn qiwu_scheduler_worker::clock::Clock> = match &cluster {
+        Some(c) => c.clock.clone(),
+        None => std::sync::Arc::new(SystemClock),
+    };
     let registry = qiwu_scheduler_worker::handlers::builtin_registry(
         store.clone(),
         config.webhook_secret.clone(),
+        clock.clone(),
     )
     .context("the built-in handler registry is invalid")?
     // Every role: the API lists them and validates jobs against them, the
@@ -167,14 +184,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         }
     }
 
-    let cluster = coord.clone().map(ClusterConfig::new);
     let max_skew_ms = cluster.as_ref().map_or(0, |c| {
         i64::try_from(c.max_skew.as_millis()).unwrap_or(i64::MAX)
     });
-    let clock: std::sync::Arc<dyn qiwu_scheduler_worker::clock::Clock> = match &cluster {
-        Some(c) => c.clock.clone(),
-        None => std::sync::Arc::new(SystemClock),
-    };
     let engine = (role != Role::Api).then(|| {
         Engine::new(
             store.clone(),
@@ -185,6 +197,8 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
                 shutdown_grace: SHUTDOWN_GRACE,
                 reconcile_every: RECONCILE_EVERY,
                 close_all_running_at_start: cluster.is_none(),
+                misfire_threshold: config.misfire_threshold,
+                max_in_flight: config.max_in_flight,
                 on_timeout: {
                     let store = store.clone();
                     std::sync::Arc::new(move |info: qiwu_scheduler_worker::TimeoutInfo| {
@@ -203,12 +217,21 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         )
     });
     let skew = engine.as_ref().map(|(e, _)| e.skew());
+    let engine_ready = engine.as_ref().map(|(e, _)| {
+        let status = e.status();
+        std::sync::Arc::new(move || match &*status.borrow() {
+            EngineStatus::Running => None,
+            EngineStatus::Starting(reason) => Some(reason.clone()),
+            EngineStatus::Stopping => Some("stopping".to_string()),
+        }) as qiwu_api::ops::EngineReadiness
+    });
     let ops = qiwu_api::ops::Ops {
         store: store.clone(),
         coord: coord.clone(),
         skew_ms: skew.filter(|_| coord.is_some()),
         max_skew_ms,
         role: role.name(),
+        engine: engine_ready,
     };
     let keys = match role {
         Role::Worker => None,
@@ -277,8 +300,27 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let server_task = tokio::spawn(server);
-    let engine_task = engine.map(|(engine, _)| tokio::spawn(engine.run(stop_rx)));
-    shutdown_signal().await;
+    let mut engine_task = engine.map(|(engine, _)| tokio::spawn(engine.run(stop_rx)));
+    // The engine runs until told to stop; if it ends on its own, the
+    // process must not live on without it (crash-only: the supervisor
+    // restarts it).
+    let engine_ended = async {
+        match engine_task.as_mut() {
+            Some(task) => task.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = shutdown_signal() => {}
+        ended = engine_ended => {
+            let _ = tokio::time::timeout(Duration::from_secs(2), handle.stop(false)).await;
+            return match ended {
+                Ok(Ok(())) => Err(anyhow::anyhow!("the engine stopped by itself")),
+                Ok(Err(e)) => Err(anyhow::Error::new(e).context("the engine stopped")),
+                Err(e) => Err(anyhow::Error::new(e).context("the engine task failed")),
+            };
+        }
+    }
     tracing::info!("stopping: finishing requests and runs in flight (at most 10 s)");
     let _ = stop_tx.send(true);
     // Both wait at most the grace period; the bound on top keeps a stuck

@@ -210,6 +210,7 @@ async fn insert_runs(store: &Store, runs: &[NewRun]) -> Vec<i64> {
             instance: Set("test-host-1".into()),
             output: Set(r.output.clone()),
             error: Set(r.error.clone()),
+            swept_at: Set(None),
             deleted_at: Set(r.deleted.then_some(r.started_at + 1)),
         };
         let res = run::Entity::insert(model)

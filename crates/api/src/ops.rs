@@ -11,6 +11,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use qiwu_storage::{Coord, Store};
 
+/// Why the execution engine is not running (`None` while it runs).
+pub type EngineReadiness = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// What the operations endpoints read.
 #[derive(Clone)]
 pub struct Ops {
@@ -21,6 +24,8 @@ pub struct Ops {
     /// Readiness fails beyond this skew.
     pub max_skew_ms: i64,
     pub role: &'static str,
+    /// The engine's state, in processes that run one.
+    pub engine: Option<EngineReadiness>,
 }
 
 fn render(ops: &Ops) -> Result<String, std::fmt::Error> {
@@ -55,9 +60,25 @@ pub async fn metrics(ops: web::Data<Ops>) -> HttpResponse {
     }
 }
 
-/// `GET /readyz` of a worker: database, Redis and clock are all usable.
+/// `GET /readyz` of a worker: the engine runs, and database, Redis and
+/// clock are all usable.
 pub async fn worker_ready(ops: web::Data<Ops>) -> HttpResponse {
+    let problems = readiness_problems(&ops).await;
+    if problems.is_empty() {
+        HttpResponse::Ok().json(serde_json::json!({"status": "ready", "role": ops.role}))
+    } else {
+        HttpResponse::ServiceUnavailable()
+            .json(serde_json::json!({"status": problems.join("; "), "role": ops.role}))
+    }
+}
+
+/// Everything that keeps this process from doing its work, in words; empty
+/// when it is ready.
+pub async fn readiness_problems(ops: &Ops) -> Vec<String> {
     let mut problems = Vec::new();
+    if let Some(reason) = ops.engine.as_ref().and_then(|engine| engine()) {
+        problems.push(format!("engine not running: {reason}"));
+    }
     if let Err(e) = ops.store.ping().await {
         tracing::warn!(error = %e, "readiness: database unreachable");
         problems.push("database unreachable".to_string());
@@ -77,12 +98,7 @@ pub async fn worker_ready(ops: web::Data<Ops>) -> HttpResponse {
             ));
         }
     }
-    if problems.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({"status": "ready", "role": ops.role}))
-    } else {
-        HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({"status": problems.join("; "), "role": ops.role}))
-    }
+    problems
 }
 
 /// The routes of a `worker`: health, readiness and metrics only.

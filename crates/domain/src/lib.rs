@@ -12,10 +12,12 @@ pub use cron::{CronError, CronExpr, FieldKind, FieldProblem};
 pub use lang::Lang;
 pub mod handler;
 pub mod job;
+pub mod misfire;
 pub mod notify;
 pub mod params;
 pub mod settings;
 
 pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema};
 pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
+pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};

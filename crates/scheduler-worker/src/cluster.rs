@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::error::WorkerError;
+use crate::texts;
 
 /// How the cluster part of a worker behaves.
 #[derive(Clone)]
@@ -144,9 +145,14 @@ pub(crate) struct Heartbeat {
 /// skew, publishes the live set, and closes the runs of dead instances.
 pub(crate) async fn heartbeat_loop(hb: Heartbeat, mut shutdown: watch::Receiver<bool>) {
     let started = Utc::now();
+    let mut sight = Sight::default();
     loop {
-        if let Err(e) = beat(&hb, started).await {
-            tracing::warn!(error = %e, "heart-beat failed");
+        match beat(&hb, started, &sight).await {
+            Ok(now) => sight.saw(now, hb.config.heartbeat_every),
+            Err(e) => {
+                sight.lost();
+                tracing::warn!(error = %e, "heart-beat failed");
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(hb.config.heartbeat_every) => {}
@@ -156,63 +162,64 @@ pub(crate) async fn heartbeat_loop(hb: Heartbeat, mut shutdown: watch::Receiver<
     // The engine unregisters this instance once its runs are closed.
 }
 
-async fn beat(hb: &Heartbeat, started: DateTime<Utc>) -> Result<(), WorkerError> {
+/// How long this worker has been heart-beating without a break, on the
+/// database's clock: it judges others lost only after it has itself been
+/// seen for longer than the loss threshold, so an outage that silenced
+/// everyone does not make everyone dead.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Sight {
+    since: Option<DateTime<Utc>>,
+    last: Option<DateTime<Utc>>,
+}
+
+impl Sight {
+    /// A beat landed at `now` (database time). Beats further apart than
+    /// twice the period (a stalled process) start a new streak.
+    pub(crate) fn saw(&mut self, now: DateTime<Utc>, every: Duration) {
+        let limit = chrono::Duration::from_std(every * 2).unwrap_or(chrono::Duration::seconds(6));
+        match self.last {
+            Some(last) if now - last <= limit => {}
+            _ => self.since = Some(now),
+        }
+        self.last = Some(now);
+    }
+
+    pub(crate) fn lost(&mut self) {
+        *self = Sight::default();
+    }
+
+    /// True once the streak is longer than `dead_after` at `now`.
+    pub(crate) fn may_judge(&self, now: DateTime<Utc>, dead_after: chrono::Duration) -> bool {
+        self.since.is_some_and(|since| now - since > dead_after)
+    }
+}
+
+/// One heart-beat; returns its database time.
+async fn beat(hb: &Heartbeat, started: DateTime<Utc>, sight: &Sight) -> Result<DateTime<Utc>, WorkerError> {
     let (store, config, clock) = (&hb.store, &hb.config, &hb.config.clock);
-    let (instance, timezone, skew_ms, membership) =
-        (&hb.instance, &hb.timezone, &hb.skew_ms, &hb.membership);
     let skew = measure_skew(store).await?;
-    skew_ms.store(skew, Ordering::Relaxed);
+    hb.skew_ms.store(skew, Ordering::Relaxed);
     clock.offset_ms.store(-skew, Ordering::Relaxed);
     let now = clock.now();
     let cluster = store.cluster();
     cluster
-        .heartbeat(instance, "worker", timezone, started, now)
+        .heartbeat(&hb.instance, "worker", &hb.timezone, started, now)
         .await?;
     let dead_after =
         chrono::Duration::from_std(config.dead_after).unwrap_or(chrono::Duration::seconds(15));
     let since = now - dead_after;
-    let dead = cluster.dead(since).await?;
-    if !dead.is_empty() {
-        let ids: Vec<String> = dead.iter().map(|d| d.id.clone()).collect();
-        let closed = store
-            .fires()
-            .close_running(
-                Some(&ids),
-                "实例失联（停止心跳），执行被关闭 / Instance lost (stopped heart-beating); the run was closed",
-                now,
-            )
-            .await?;
-        for id in &ids {
-            cluster.remove(id).await?;
-        }
-        tracing::warn!(instances = ?ids, closed, "closed the runs of lost instances");
+    if sight.may_judge(now, dead_after) {
+        close_lost(store, since, now).await?;
     }
-    let live_all = cluster.live(since).await?;
-    // Runs of instances with no heart-beat row at all (gone after
-    // unregistering, or from an older id) are closed too.
-    let live_ids: Vec<String> = live_all.iter().map(|i| i.id.clone()).collect();
-    let orphans = store
-        .fires()
-        .close_orphans(
-            &live_ids,
-            since,
-            "实例失联（没有心跳记录），执行被关闭 / Instance lost (no heart-beat record); the run was closed",
-            now,
-        )
-        .await?;
-    if orphans > 0 {
-        tracing::warn!(
-            closed = orphans,
-            "closed runs of instances without a heart-beat"
-        );
-    }
-    let mut live: Vec<String> = live_all
+    let mut live: Vec<String> = cluster
+        .live(since)
+        .await?
         .into_iter()
         .filter(|i| i.role == "worker")
         .map(|i| i.id)
         .collect();
     live.sort();
-    membership.send_if_modified(|current| {
+    hb.membership.send_if_modified(|current| {
         if current.live == live {
             false
         } else {
@@ -220,6 +227,33 @@ async fn beat(hb: &Heartbeat, started: DateTime<Utc>) -> Result<(), WorkerError>
             true
         }
     });
+    Ok(now)
+}
+
+/// Closes the runs of instances silent since `since`, and of instances with
+/// no heart-beat row at all, marking them swept (a real end still wins).
+async fn close_lost(store: &Store, since: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), WorkerError> {
+    let cluster = store.cluster();
+    let dead = cluster.dead(since).await?;
+    if !dead.is_empty() {
+        let ids: Vec<String> = dead.iter().map(|d| d.id.clone()).collect();
+        let closed = store
+            .fires()
+            .close_running(Some(&ids), texts::REASON_LOST, now, true)
+            .await?;
+        for id in &ids {
+            cluster.remove(id).await?;
+        }
+        tracing::warn!(instances = ?ids, closed, "closed the runs of lost instances");
+    }
+    let live_ids: Vec<String> = cluster.live(since).await?.into_iter().map(|i| i.id).collect();
+    let orphans = store
+        .fires()
+        .close_orphans(&live_ids, since, texts::REASON_ORPHAN, now)
+        .await?;
+    if orphans > 0 {
+        tracing::warn!(closed = orphans, "closed runs of instances without a heart-beat");
+    }
     Ok(())
 }
 
@@ -283,5 +317,32 @@ mod tests {
         }
         // Alone and unregistered, a worker owns everything.
         assert_eq!(Membership::default().rank("x", 7, 2), Some(0));
+    }
+
+    #[test]
+    fn a_worker_judges_others_only_after_being_seen_long_enough() {
+        let t0 = DateTime::from_timestamp(1_764_000_000, 0).expect("time");
+        let s = |secs: i64| t0 + chrono::Duration::seconds(secs);
+        let every = Duration::from_secs(3);
+        let dead_after = chrono::Duration::seconds(15);
+        let mut sight = Sight::default();
+        assert!(!sight.may_judge(s(0), dead_after));
+        for beat in 0..=5 {
+            sight.saw(s(beat * 3), every);
+        }
+        assert!(!sight.may_judge(s(15), dead_after), "15 s seen is not more than 15 s");
+        sight.saw(s(18), every);
+        assert!(sight.may_judge(s(18), dead_after));
+        // An outage breaks the streak: it starts again from the next beat.
+        sight.lost();
+        sight.saw(s(40), every);
+        assert!(!sight.may_judge(s(50), dead_after));
+        // So does a stall between two beats that both landed.
+        let mut stalled = Sight::default();
+        stalled.saw(s(0), every);
+        stalled.saw(s(3), every);
+        stalled.saw(s(30), every);
+        assert!(!stalled.may_judge(s(40), dead_after));
+        assert!(stalled.may_judge(s(46), dead_after));
     }
 }

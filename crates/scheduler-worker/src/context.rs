@@ -106,8 +106,9 @@ pub fn cut(text: &str, max: usize) -> String {
 }
 
 /// The log lines followed by the return value, cut to the output limit.
-pub fn output_of(log: &LogSink, value: &str) -> String {
-    let mut out = log.contents();
+pub fn output_of(log: &str, value: &str) -> String {
+    let mut out = String::with_capacity(log.len() + value.len());
+    out.push_str(log);
     out.push_str(value);
     cut(&out, MAX_OUTPUT_CHARS)
 }
@@ -148,12 +149,15 @@ mod tests {
         let log = LogSink::default();
         log.line("step 1");
         log.line("step 2");
-        assert_eq!(output_of(&log, "done"), "step 1\nstep 2\ndone");
+        assert_eq!(output_of(&log.contents(), "done"), "step 1\nstep 2\ndone");
         let big = LogSink::default();
         for _ in 0..10_000 {
             big.line("0123456789");
         }
-        assert_eq!(output_of(&big, "end").chars().count(), MAX_OUTPUT_CHARS);
+        assert_eq!(
+            output_of(&big.contents(), "end").chars().count(),
+            MAX_OUTPUT_CHARS
+        );
     }
 
     #[tokio::test]

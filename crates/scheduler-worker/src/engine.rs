@@ -1,48 +1,48 @@
-//! The engine: loads jobs, arms their timers, catches up missed fires at
-//! start, takes "run once" requests, applies changes, and stops cleanly.
+//! The engine: start-up (retried until the database and its schema are
+//! there), one loop that handles a closed set of [`Event`]s, and shutdown.
 //!
-//! It owns the timer queue and a cache of the jobs it armed; every fire it
-//! starts is a task running [`crate::executor::execute`].
+//! The loop owns the timers and a compact entry for every enabled job (the
+//! catalog); it arms the jobs this instance owns and hands whatever falls
+//! due to the [`Claimer`], which claims in batches and starts the fires.
+//! Every fire task runs on a tracker that shutdown waits for.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use qiwu_domain::{CronExpr, MisfirePolicy};
-use qiwu_storage::{JobFilter, JobRecord, Store, Trigger};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinSet;
+use qiwu_domain::{CronExpr, MissReason};
+use qiwu_storage::{JobSchedule, Store};
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio_util::task::TaskTracker;
 
+use crate::claimer::{Claimer, Feedback, Request};
 use crate::clock::{Clock, MAX_SLEEP, sleep_for};
 use crate::cluster::{ClusterConfig, Heartbeat, Membership, heartbeat_loop};
+use crate::context::shutting_down;
 use crate::error::WorkerError;
-use crate::executor::{self, Source};
 use crate::handlers::Registry;
+use crate::lease::Slots;
+use crate::recorder::Recorder;
+use crate::texts;
 use crate::timer::{Armed, Timers};
 
-/// The run error written when a process finds runs left `running`.
-pub const REASON_RESTART: &str = "实例在执行结束前停止（进程退出或崩溃） / The instance stopped before the run finished (exit or crash)";
-/// The run error written for runs still going when the grace period ends.
-pub const REASON_SHUTDOWN: &str =
-    "服务正在关闭，执行被中断 / The service shut down and interrupted the run";
+pub use crate::texts::{REASON_RESTART, REASON_SHUTDOWN};
 
-/// How far behind "now" a starting cluster worker draws the line between
-/// missed fires and fires it arms (see `Engine::run`).
-const CATCH_UP_GRACE_SECS: i64 = 2;
-/// How long the once-key guarding a misfire catch-up lives: long enough for
-/// every starting worker to see it, short enough that a catch-up cut off by
-/// a crash is retried at the next start.
-const MISFIRE_ONCE_TTL: Duration = Duration::from_secs(60);
-
-/// How many missed fire times a misfire record counts exactly.
-const MISFIRE_COUNT_CAP: usize = 10_000;
-/// Jobs read per page when loading them all.
-const LOAD_PAGE: u64 = 100;
+/// How far behind "now" timers are armed when a job is (re)armed, and up
+/// to where its missed times are caught up: a fire a live peer may still
+/// be claiming is decided by the ledger rather than reported as missed.
+const ARM_GRACE: chrono::Duration = chrono::Duration::seconds(2);
+/// Jobs read per page at start.
+const LOAD_PAGE: u64 = 1000;
+/// A reconciliation reads jobs changed since the previous one, minus this
+/// (for clocks of API instances that run a little behind).
+const RECONCILE_OVERLAP: chrono::Duration = chrono::Duration::minutes(2);
+const START_BACKOFF_MAX: Duration = Duration::from_secs(10);
 
 /// What the engine is told to do from outside its loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub enum Command {
     JobChanged(i64),
     /// A "run once" request was queued as a pending fire.
     FireQueued(i64),
-    /// Read every job again (after a lost subscription, say).
+    /// Read the jobs again (after a lost subscription, say).
     Reconcile,
 }
 
@@ -65,6 +65,15 @@ impl EngineHandle {
         // change and the next start reads it.
         let _ = self.0.send(command);
     }
+}
+
+/// Where the engine is, for readiness.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineStatus {
+    /// Not running yet, and why (waiting for the database, the schema…).
+    Starting(String),
+    Running,
+    Stopping,
 }
 
 /// Facts about a timed-out attempt, for the alert.
@@ -92,58 +101,43 @@ pub struct EngineConfig {
     pub timezone: Tz,
     /// How long running handlers get to finish once told to stop.
     pub shutdown_grace: Duration,
-    /// How often every job and pending fire is read again, repairing any
-    /// change message that was lost.
+    /// How often changed jobs and pending fires are read again, repairing
+    /// any change message that was lost.
     pub reconcile_every: Duration,
     /// At start, close every run left `running` (true for the single-process
     /// `serve`, where no other instance can own one).
     pub close_all_running_at_start: bool,
+    /// A fire time not claimed within this long after it is recorded by the
+    /// job's misfire policy instead.
+    pub misfire_threshold: Duration,
+    /// Most fires running in this process at once.
+    pub max_in_flight: usize,
     pub on_timeout: OnTimeout,
     /// Set for `worker` processes of a cluster.
     pub cluster: Option<ClusterConfig>,
 }
 
-/// State shared by the loop and the fire tasks.
+/// State shared by the loop, the claimer and the fire tasks.
 pub(crate) struct Shared {
     pub store: Store,
     pub registry: Registry,
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
-    /// Non-concurrent jobs executing in this process.
-    busy: Mutex<HashSet<i64>>,
+    pub slots: Slots,
+    pub recorder: Recorder,
+    /// Bounds the fires in flight.
+    pub permits: Arc<Semaphore>,
+    pub tracker: TaskTracker,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
     /// This clock minus the database's, in ms (cluster mode).
-    pub skew_ms: Arc<AtomicI64>,
-}
-
-/// Holds a job's local non-concurrency slot until dropped.
-pub(crate) struct BusyGuard {
-    shared: Arc<Shared>,
-    job_id: i64,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        if let Ok(mut busy) = self.shared.busy.lock() {
-            busy.remove(&self.job_id);
-        }
-    }
+    skew_ms: Arc<AtomicI64>,
 }
 
 impl Shared {
-    /// Takes the job's slot, or `None` when a fire of it is still running.
-    pub(crate) fn try_busy(self: &Arc<Shared>, job_id: i64) -> Option<BusyGuard> {
-        let mut busy = self.busy.lock().ok()?;
-        busy.insert(job_id).then(|| BusyGuard {
-            shared: Arc::clone(self),
-            job_id,
-        })
-    }
-
     /// This instance's rank among the job's owners (always 0 outside a
-    /// cluster); `None` when another worker owns the job.
+    /// cluster); `None` when other workers own the job.
     pub(crate) fn rank(&self, job_id: i64) -> Option<usize> {
         match &self.config.cluster {
             None => Some(0),
@@ -155,16 +149,20 @@ impl Shared {
         }
     }
 
+    pub(crate) fn skew_ms(&self) -> i64 {
+        self.skew_ms.load(Ordering::Relaxed)
+    }
+
     /// True while the clock is too far from the database's to claim.
     pub(crate) fn skew_too_large(&self) -> bool {
         self.config.cluster.as_ref().is_some_and(|c| {
-            self.skew_ms.load(Ordering::Relaxed).unsigned_abs() > c.max_skew.as_millis() as u64
+            self.skew_ms().unsigned_abs() > c.max_skew.as_millis() as u64
         })
     }
 
-    pub(crate) fn zone_of(&self, job: &JobRecord) -> Tz {
-        job.timezone
-            .as_deref()
+    /// A job's zone: its own, else `QIWU_TIMEZONE`.
+    pub(crate) fn zone_of(&self, timezone: Option<&str>) -> Tz {
+        timezone
             .and_then(|z| z.parse::<Tz>().ok())
             .unwrap_or(self.config.timezone)
     }
@@ -175,9 +173,12 @@ pub struct Engine {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedReceiver<Command>,
     sender: mpsc::UnboundedSender<Command>,
+    status: watch::Sender<EngineStatus>,
 }
 
 impl Engine {
+    /// Builds the engine; its run-end writer starts at once (inside a tokio
+    /// runtime).
     pub fn new(
         store: Store,
         registry: Registry,
@@ -186,21 +187,28 @@ impl Engine {
     ) -> (Engine, EngineHandle) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (membership_tx, membership) = watch::channel(Membership::default());
+        let (recorder, _writer) = Recorder::start(store.clone());
+        let permits = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
         let shared = Arc::new(Shared {
             store,
             registry,
             config,
             clock,
-            busy: Mutex::new(HashSet::new()),
+            slots: Slots::default(),
+            recorder,
+            permits,
+            tracker: TaskTracker::new(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
         });
+        let (status, _) = watch::channel(EngineStatus::Starting("starting".into()));
         (
             Engine {
                 shared,
                 commands: rx,
                 sender: tx.clone(),
+                status,
             },
             EngineHandle(tx),
         )
@@ -211,323 +219,508 @@ impl Engine {
         Arc::clone(&self.shared.skew_ms)
     }
 
+    /// Where the engine is; `/readyz` reads it.
+    pub fn status(&self) -> watch::Receiver<EngineStatus> {
+        self.status.subscribe()
+    }
+
     /// Runs until `shutdown` turns true, then stops the running handlers
-    /// and waits for them at most the grace period.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), WorkerError> {
-        let shared = Arc::clone(&self.shared);
-        let store = &shared.store;
+    /// and waits for them at most the grace period. Start-up problems are
+    /// waited out (and reported in the status), never returned.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), WorkerError> {
+        let Engine {
+            shared,
+            commands,
+            sender,
+            status,
+        } = self;
+        let helpers = start_helpers(&shared, &sender, &shutdown);
+        let Some(catalog) = start(&shared, &status, &mut shutdown).await? else {
+            return Ok(());
+        };
+        let (claims, requests) = mpsc::unbounded_channel();
+        let (feedback_tx, feedback) = mpsc::unbounded_channel();
+        let claimer = tokio::spawn(
+            Claimer::new(Arc::clone(&shared), requests, feedback_tx, shutdown.clone()).run(),
+        );
+        let mut state = Loop {
+            shared: Arc::clone(&shared),
+            timers: Timers::new(),
+            catalog: HashMap::new(),
+            crons: HashMap::new(),
+            claims,
+            last_reconcile: shared.clock.now(),
+        };
+        state.load(catalog, start_line(&shared));
+        state.poll_pending().await;
+        status.send_replace(EngineStatus::Running);
+        tracing::info!(armed = state.timers.len(), known = state.catalog.len(), instance = %shared.config.instance, "engine started");
+        state
+            .run(commands, feedback, shared.membership.clone(), shutdown)
+            .await;
+        status.send_replace(EngineStatus::Stopping);
+        drop(state);
+        stop(&shared, claimer, helpers).await
+    }
+}
+
+/// The heart-beat and the change subscription of a cluster worker.
+fn start_helpers(
+    shared: &Arc<Shared>,
+    sender: &mpsc::UnboundedSender<Command>,
+    shutdown: &watch::Receiver<bool>,
+) -> tokio::task::JoinSet<()> {
+    let mut helpers = tokio::task::JoinSet::new();
+    if let Some(cluster) = &shared.config.cluster {
+        helpers.spawn(heartbeat_loop(
+            Heartbeat {
+                store: shared.store.clone(),
+                config: cluster.clone(),
+                instance: shared.config.instance.clone(),
+                timezone: shared.config.timezone.name().to_string(),
+                skew_ms: Arc::clone(&shared.skew_ms),
+                membership: shared.membership_tx.clone(),
+            },
+            shutdown.clone(),
+        ));
+        helpers.spawn(forward_changes(
+            cluster.clone(),
+            sender.clone(),
+            shutdown.clone(),
+        ));
+    }
+    helpers
+}
+
+/// Where start-up arms from: now in `serve` (a restart's misses are all
+/// caught up), a little back in a cluster (live peers may still be claiming).
+fn start_line(shared: &Shared) -> DateTime<Utc> {
+    let now = shared.clock.now();
+    match shared.config.cluster {
+        Some(_) => now - ARM_GRACE,
+        None => now,
+    }
+}
+
+/// Why start-up did not succeed.
+enum StartProblem {
+    /// Worth waiting for (the database, the schema); the reason in words.
+    NotYet(String),
+    /// Waiting will not help.
+    Fatal(WorkerError),
+}
+
+/// Retries start-up until it succeeds; `Ok(None)` when told to stop first.
+async fn start(
+    shared: &Arc<Shared>,
+    status: &watch::Sender<EngineStatus>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Vec<JobSchedule>>, WorkerError> {
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match try_start(shared).await {
+            Ok(catalog) => return Ok(Some(catalog)),
+            Err(StartProblem::Fatal(e)) => return Err(e),
+            Err(StartProblem::NotYet(reason)) => {
+                tracing::warn!(%reason, "the engine cannot start yet; retrying");
+                status.send_replace(EngineStatus::Starting(reason));
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shutting_down(shutdown) => return Ok(None),
+        }
+        backoff = (backoff * 2).min(START_BACKOFF_MAX);
+    }
+}
+
+/// Checks the schema (and a cluster's zone), closes this instance's
+/// leftover runs and reads every enabled job's schedule.
+async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProblem> {
+    let store = &shared.store;
+    let not_yet = |e: qiwu_storage::StorageError| StartProblem::NotYet(format!("database error: {e}"));
+    match store.pending_migrations().await {
+        Ok(0) => {}
+        Ok(n) => {
+            return Err(StartProblem::NotYet(format!(
+                "waiting for migrations ({n} not applied; run `qiwu-scheduler migrate`)"
+            )));
+        }
+        Err(e) if e.is_unavailable() => {
+            return Err(StartProblem::NotYet(format!("database unreachable: {e}")));
+        }
+        Err(e) => return Err(StartProblem::NotYet(format!("waiting for migrations ({e})"))),
+    }
+    if shared.config.cluster.is_some() {
+        let mine = shared.config.timezone.name();
+        let agreed = store
+            .cluster()
+            .agree_timezone(mine, shared.clock.now())
+            .await
+            .map_err(not_yet)?;
+        if agreed != mine {
+            return Err(StartProblem::Fatal(WorkerError::ZoneMismatch {
+                mine: mine.to_string(),
+                cluster: agreed,
+            }));
+        }
+    }
+    // Runs left `running` by an earlier process cannot still be going: in
+    // `serve` every such run, in a cluster those of this instance id.
+    let own = [shared.config.instance.clone()];
+    let scope = (!shared.config.close_all_running_at_start).then_some(&own[..]);
+    let closed = store
+        .fires()
+        .close_running(scope, texts::REASON_RESTART, shared.clock.now(), false)
+        .await
+        .map_err(not_yet)?;
+    if closed > 0 {
+        tracing::warn!(closed, "closed runs left running by a previous process");
+    }
+    let mut all = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .jobs()
+            .schedules(after, LOAD_PAGE)
+            .await
+            .map_err(not_yet)?;
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = last.id;
+        let full = page.len() as u64 == LOAD_PAGE;
+        all.extend(page);
+        if !full {
+            break;
+        }
+    }
+    if shared.config.cluster.is_some() {
+        // The first heart-beat tells who is alive before jobs are armed.
         let mut membership = shared.membership.clone();
-        let mut helpers = JoinSet::new();
-        if let Some(cluster) = &shared.config.cluster {
-            helpers.spawn(heartbeat_loop(
-                Heartbeat {
-                    store: store.clone(),
-                    config: cluster.clone(),
-                    instance: shared.config.instance.clone(),
-                    timezone: shared.config.timezone.name().to_string(),
-                    skew_ms: Arc::clone(&shared.skew_ms),
-                    membership: shared.membership_tx.clone(),
-                },
-                shutdown.clone(),
-            ));
-            helpers.spawn(forward_changes(
-                cluster.clone(),
-                self.sender.clone(),
-                shutdown.clone(),
-            ));
-            // The first heart-beat tells who is alive before jobs are armed.
+        if membership.borrow().live.is_empty() {
             let _ = tokio::time::timeout(Duration::from_secs(5), membership.changed()).await;
         }
-        let pending_every = shared
-            .config
-            .cluster
-            .as_ref()
-            .map_or(shared.config.reconcile_every, |c| c.pending_every);
-        let mut next_pending = tokio::time::Instant::now() + pending_every;
-        // Runs left `running` by an earlier process cannot still be going:
-        // in `serve` that is every such run, in a cluster those of this
-        // instance id (a worker restarted under the same id).
-        {
-            let own = [shared.config.instance.clone()];
-            let scope = (!shared.config.close_all_running_at_start).then_some(&own[..]);
-            let closed = store
-                .fires()
-                .close_running(scope, REASON_RESTART, shared.clock.now())
-                .await?;
-            if closed > 0 {
-                tracing::warn!(closed, "closed runs left running by a previous process");
-            }
-        }
-        let mut state = LoopState {
-            timers: Timers::new(),
-            manual_in_flight: Arc::new(Mutex::new(HashSet::new())),
-            jobs: HashMap::new(),
-            tasks: JoinSet::new(),
-            shutdown: shutdown.clone(),
-        };
-        let jobs = load_all_jobs(store).await?;
-        // One instant splits "missed" from "to fire". In a cluster it lies a
-        // little in the past: a live peer may still be claiming the last
-        // fire times, and arming those here lets the unique claim decide
-        // rather than counting them as missed.
-        let split = match &shared.config.cluster {
-            Some(_) => shared.clock.now() - chrono::Duration::seconds(CATCH_UP_GRACE_SECS),
-            None => shared.clock.now(),
-        };
-        catch_up_misfires(&shared, &jobs, &mut state, split).await?;
-        state.apply_all_from(&shared, jobs, split);
-        take_pending(&shared, &mut state).await?;
-        tracing::info!(armed = state.jobs.len(), instance = %shared.config.instance, "engine started");
-
-        let mut next_reconcile = tokio::time::Instant::now() + shared.config.reconcile_every;
-        let mut commands_open = true;
-        loop {
-            let due_now = state.timers.pop_due(shared.clock.now());
-            if !due_now.is_empty() && shared.skew_too_large() {
-                tracing::error!(
-                    skew_ms = shared.skew_ms.load(Ordering::Relaxed),
-                    "clock skew against the database is too large: claiming nothing"
-                );
-            } else {
-                for due in due_now {
-                    let Some(rank) = shared.rank(due.job_id) else {
-                        continue;
-                    };
-                    if let Some(job) = state.jobs.get(&due.job_id).cloned() {
-                        let delay = shared
-                            .config
-                            .cluster
-                            .as_ref()
-                            .map_or(Duration::ZERO, |c| c.backup_delay * rank as u32);
-                        let source = Source::Scheduled {
-                            version: due.version,
-                            delay,
-                        };
-                        state.spawn(&shared, job, Trigger::Schedule, due.at, source);
-                    }
-                }
-            }
-            let now = shared.clock.now();
-            let sleep = state
-                .timers
-                .next_due()
-                .map_or(MAX_SLEEP, |due| sleep_for(now, due));
-            tokio::select! {
-                biased;
-                () = crate::context::shutting_down(&mut shutdown) => break,
-                command = self.commands.recv(), if commands_open => match command {
-                    Some(Command::JobChanged(id)) => {
-                        if let Err(e) = state.reload_job(&shared, id).await {
-                            tracing::error!(job = id, error = %e, "cannot reload a changed job; the next reconciliation retries");
-                        }
-                    }
-                    Some(Command::FireQueued(fire_id)) => {
-                        if let Err(e) = take_pending_fire(&shared, &mut state, fire_id).await {
-                            tracing::error!(fire = fire_id, error = %e, "cannot take a queued fire; the next reconciliation retries");
-                        }
-                    }
-                    Some(Command::Reconcile) => {
-                        match load_all_jobs(store).await {
-                            Ok(jobs) => state.apply_all(&shared, jobs),
-                            Err(e) => tracing::error!(error = %e, "reconciliation failed"),
-                        }
-                    }
-                    None => commands_open = false,
-                },
-                Ok(()) = membership.changed() => {
-                    tracing::info!(live = ?membership.borrow().live, "cluster membership changed");
-                    match load_all_jobs(store).await {
-                        Ok(jobs) => state.apply_all(&shared, jobs),
-                        Err(e) => tracing::error!(error = %e, "re-arming after a membership change failed"),
-                    }
-                }
-                () = tokio::time::sleep_until(next_pending) => {
-                    next_pending = tokio::time::Instant::now() + pending_every;
-                    if let Err(e) = take_pending(&shared, &mut state).await {
-                        tracing::error!(error = %e, "reading pending fires failed");
-                    }
-                }
-                () = tokio::time::sleep(sleep) => {}
-                () = tokio::time::sleep_until(next_reconcile) => {
-                    next_reconcile = tokio::time::Instant::now() + shared.config.reconcile_every;
-                    match load_all_jobs(store).await {
-                        Ok(jobs) => state.apply_all(&shared, jobs),
-                        Err(e) => tracing::error!(error = %e, "reconciliation failed"),
-                    }
-                    if let Err(e) = take_pending(&shared, &mut state).await {
-                        tracing::error!(error = %e, "reading pending fires failed");
-                    }
-                }
-                Some(joined) = state.tasks.join_next() => {
-                    if let Err(e) = joined {
-                        tracing::error!(error = %e, "a fire task failed");
-                    }
-                }
-            }
-        }
-
-        // Every fire task watches the same shutdown signal and tells its
-        // handler to stop; give them the grace period to record their end.
-        let running = state.tasks.len();
-        tracing::info!(running, "stopping: waiting for running handlers");
-        let drained = tokio::time::timeout(shared.config.shutdown_grace, async {
-            while state.tasks.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            tracing::warn!(
-                left = state.tasks.len(),
-                "handlers still running after the grace period; closing their runs"
-            );
-            state.tasks.abort_all();
-        }
-        let instance = [shared.config.instance.clone()];
-        store
-            .fires()
-            .close_running(Some(&instance), REASON_SHUTDOWN, shared.clock.now())
-            .await?;
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            while helpers.join_next().await.is_some() {}
-        })
-        .await;
-        // Only now, with its runs closed, does this worker leave the live
-        // set: its jobs move to the others at their next heart-beat.
-        if shared.config.cluster.is_some() {
-            store.cluster().remove(&shared.config.instance).await?;
-        }
-        Ok(())
     }
+    Ok(all)
+}
+
+/// Stops the claimer, gives running handlers the grace period, closes what
+/// is left and leaves the live set.
+async fn stop(
+    shared: &Arc<Shared>,
+    claimer: tokio::task::JoinHandle<()>,
+    mut helpers: tokio::task::JoinSet<()>,
+) -> Result<(), WorkerError> {
+    let _ = tokio::time::timeout(Duration::from_secs(2), claimer).await;
+    shared.tracker.close();
+    tracing::info!(running = shared.tracker.len(), "stopping: waiting for running handlers");
+    if tokio::time::timeout(shared.config.shutdown_grace, shared.tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(left = shared.tracker.len(), "handlers still running after the grace period; closing their runs");
+    }
+    let instance = [shared.config.instance.clone()];
+    shared
+        .store
+        .fires()
+        .close_running(Some(&instance), texts::REASON_SHUTDOWN, shared.clock.now(), false)
+        .await?;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while helpers.join_next().await.is_some() {}
+    })
+    .await;
+    // Only now, with its runs closed, does this worker leave the live set:
+    // its jobs move to the others at their next heart-beat.
+    if shared.config.cluster.is_some() {
+        shared.store.cluster().remove(&shared.config.instance).await?;
+    }
+    Ok(())
+}
+
+/// A compact entry of an enabled job: what it takes to arm it.
+#[derive(Debug, Clone)]
+struct Known {
+    schedule_from: DateTime<Utc>,
+    cron: Arc<CronExpr>,
+    tz: Tz,
+    allow_concurrent: bool,
+}
+
+/// Everything the loop reacts to.
+#[derive(Debug)]
+enum Event {
+    /// A timer may be due.
+    Due,
+    Command(Command),
+    Feedback(Feedback),
+    /// The live workers changed: ownership moves.
+    Membership,
+    /// Time to read changed jobs (and pending fires) again.
+    Reconcile,
+    /// Time to look for run-once requests whose message was lost.
+    PollPending,
+    Shutdown,
 }
 
 /// The loop's own state.
-struct LoopState {
+struct Loop {
+    shared: Arc<Shared>,
     timers: Timers,
-    /// "Run once" fires a task of this process is already taking; the same
-    /// fire may be announced twice (locally and over Redis, or by a poll).
-    manual_in_flight: Arc<Mutex<HashSet<i64>>>,
-    /// The armed jobs, at the version their timer was armed.
-    jobs: HashMap<i64, JobRecord>,
-    tasks: JoinSet<()>,
-    shutdown: watch::Receiver<bool>,
+    /// Every enabled job, owned here or not.
+    catalog: HashMap<i64, Known>,
+    crons: HashMap<String, Arc<CronExpr>>,
+    claims: mpsc::UnboundedSender<Request>,
+    last_reconcile: DateTime<Utc>,
 }
 
-impl LoopState {
-    fn spawn(
+impl Loop {
+    async fn run(
         &mut self,
-        shared: &Arc<Shared>,
-        job: JobRecord,
-        trigger: Trigger,
-        at: DateTime<Utc>,
-        source: Source,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut feedback: mpsc::UnboundedReceiver<Feedback>,
+        mut membership: watch::Receiver<Membership>,
+        mut shutdown: watch::Receiver<bool>,
     ) {
-        let manual = match source {
-            Source::Manual { fire_id } => {
-                let Ok(mut in_flight) = self.manual_in_flight.lock() else {
-                    return;
-                };
-                if !in_flight.insert(fire_id) {
-                    return;
+        let config = &self.shared.config;
+        let pending_every = config
+            .cluster
+            .as_ref()
+            .map_or(config.reconcile_every, |c| c.pending_every);
+        let reconcile_every = config.reconcile_every;
+        let mut next_pending = tokio::time::Instant::now() + pending_every;
+        let mut next_reconcile = tokio::time::Instant::now() + reconcile_every;
+        loop {
+            let now = self.shared.clock.now();
+            let sleep = self
+                .timers
+                .next_wake()
+                .map_or(MAX_SLEEP, |wake| sleep_for(now, wake));
+            let event = tokio::select! {
+                biased;
+                () = shutting_down(&mut shutdown) => Event::Shutdown,
+                Some(command) = commands.recv() => Event::Command(command),
+                Some(fb) = feedback.recv() => Event::Feedback(fb),
+                Ok(()) = membership.changed() => Event::Membership,
+                () = tokio::time::sleep(sleep) => Event::Due,
+                () = tokio::time::sleep_until(next_pending) => {
+                    next_pending = tokio::time::Instant::now() + pending_every;
+                    Event::PollPending
                 }
-                Some(fire_id)
+                () = tokio::time::sleep_until(next_reconcile) => {
+                    next_reconcile = tokio::time::Instant::now() + reconcile_every;
+                    Event::Reconcile
+                }
+            };
+            if !self.handle(event).await {
+                return;
             }
-            _ => None,
+        }
+    }
+
+    /// Handles one event; false when the loop must end.
+    async fn handle(&mut self, event: Event) -> bool {
+        match event {
+            Event::Due => self.on_due(),
+            Event::Command(Command::JobChanged(id)) | Event::Feedback(Feedback::Stale(id)) => {
+                self.reload(id).await
+            }
+            Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
+            Event::Command(Command::Reconcile) | Event::Reconcile => {
+                self.reconcile().await;
+                self.poll_pending().await;
+            }
+            Event::PollPending => self.poll_pending().await,
+            Event::Membership => {
+                tracing::info!(live = ?self.shared.membership.borrow().live, "cluster membership changed");
+                self.place_all(self.shared.clock.now() - ARM_GRACE);
+            }
+            Event::Shutdown => return false,
+        }
+        true
+    }
+
+    fn claim(&self, request: Request) {
+        // The claimer ends only at shutdown, when nothing is claimed anymore.
+        let _ = self.claims.send(request);
+    }
+
+    /// Hands what fell due to the claimer. A job that yields several times
+    /// at once (the process slept past them) gets one catch-up instead.
+    fn on_due(&mut self) {
+        let now = self.shared.clock.now();
+        let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
+            .unwrap_or(chrono::Duration::seconds(5));
+        let mut by_job: Vec<(i64, Vec<DateTime<Utc>>)> = Vec::new();
+        for due in self.timers.pop_due(now) {
+            match by_job.iter_mut().find(|(id, _)| *id == due.job_id) {
+                Some((_, times)) => times.push(due.at),
+                None => by_job.push((due.job_id, vec![due.at])),
+            }
+        }
+        for (job_id, times) in by_job {
+            let Some(armed) = self.timers.armed(job_id).cloned() else {
+                continue;
+            };
+            let (first, last) = (times[0], times[times.len() - 1]);
+            if times.len() == 1 && now - last <= threshold {
+                self.claim(Request::Time { armed, at: last });
+            } else {
+                let reason = if now - first > threshold {
+                    MissReason::Stalled
+                } else {
+                    MissReason::Overloaded
+                };
+                self.claim(Request::CatchUp {
+                    job_id,
+                    through: last,
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// The start-up load: every enabled job, armed where owned, its misses
+    /// caught up where this instance is its primary.
+    fn load(&mut self, catalog: Vec<JobSchedule>, line: DateTime<Utc>) {
+        for schedule in catalog {
+            let id = schedule.id;
+            self.apply(id, Some(schedule), line);
+        }
+    }
+
+    async fn reload(&mut self, job_id: i64) {
+        match self.shared.store.jobs().schedule(job_id).await {
+            Ok(schedule) => {
+                let line = self.shared.clock.now() - ARM_GRACE;
+                self.apply(job_id, schedule, line);
+            }
+            Err(e) => tracing::error!(job = job_id, error = %e, "cannot reload a changed job; the next reconciliation retries"),
+        }
+    }
+
+    /// Reads the jobs changed since the last reconciliation.
+    async fn reconcile(&mut self) {
+        let started = self.shared.clock.now();
+        let since = self.last_reconcile - RECONCILE_OVERLAP;
+        match self.shared.store.jobs().schedules_changed_since(since).await {
+            Ok(changed) => {
+                let line = started - ARM_GRACE;
+                for schedule in changed {
+                    let id = schedule.id;
+                    self.apply(id, Some(schedule), line);
+                }
+                self.last_reconcile = started;
+            }
+            Err(e) => tracing::error!(error = %e, "reconciliation failed; retrying at the next one"),
+        }
+    }
+
+    async fn poll_pending(&mut self) {
+        match self.shared.store.fires().pending(1000).await {
+            Ok(pending) => {
+                for fire in pending {
+                    self.claim(Request::Manual { fire_id: fire.id });
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "reading pending fires failed"),
+        }
+    }
+
+    /// Records a job's current schedule (or its absence) and arms or
+    /// disarms it accordingly.
+    fn apply(&mut self, job_id: i64, schedule: Option<JobSchedule>, line: DateTime<Utc>) {
+        let known = schedule
+            .filter(|s| s.enabled)
+            .and_then(|s| self.known(&s));
+        match known {
+            Some(known) => {
+                self.catalog.insert(job_id, known);
+                self.place(job_id, line);
+            }
+            None => {
+                self.catalog.remove(&job_id);
+                self.timers.disarm(job_id);
+            }
+        }
+    }
+
+    fn known(&mut self, schedule: &JobSchedule) -> Option<Known> {
+        let cron = match self.crons.get(&schedule.cron) {
+            Some(cron) => Arc::clone(cron),
+            None => match CronExpr::parse(&schedule.cron) {
+                Ok(cron) => {
+                    let cron = Arc::new(cron);
+                    self.crons.insert(schedule.cron.clone(), Arc::clone(&cron));
+                    cron
+                }
+                Err(e) => {
+                    tracing::error!(job = schedule.id, cron = %schedule.cron, error = %e, "stored schedule is invalid; the job is not armed");
+                    return None;
+                }
+            },
         };
-        let in_flight = Arc::clone(&self.manual_in_flight);
-        let shared = Arc::clone(shared);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            let job_id = job.id;
-            if let Err(e) = executor::execute(shared, job, trigger, at, source, shutdown).await {
-                tracing::error!(job = job_id, error = %e, "a fire could not be recorded");
-            }
-            if let (Some(fire_id), Ok(mut set)) = (manual, in_flight.lock()) {
-                set.remove(&fire_id);
-            }
-        });
+        Some(Known {
+            schedule_from: schedule.schedule_from,
+            cron,
+            tz: self.shared.zone_of(schedule.timezone.as_deref()),
+            allow_concurrent: schedule.allow_concurrent,
+        })
     }
 
-    /// Arms, re-arms or disarms one job after reading it.
-    /// A changed job is armed from the moment of its change (at most a few
-    /// seconds back), not from now: a fire of the new version that fell due
-    /// between the commit and this re-arm still runs, and nothing before
-    /// the change is ever run by it.
-    fn apply(&mut self, shared: &Shared, job: Option<JobRecord>, job_id: i64) {
-        let now = shared.clock.now();
-        let from = job.as_ref().map_or(now, |j| {
-            j.updated_at
-                .max(now - chrono::Duration::seconds(CATCH_UP_GRACE_SECS))
-                .min(now)
-        });
-        self.apply_from(shared, job, job_id, from);
+    fn place_all(&mut self, line: DateTime<Utc>) {
+        let ids: Vec<i64> = self.catalog.keys().copied().collect();
+        for id in ids {
+            self.place(id, line);
+        }
     }
 
-    /// Like `apply`, arming from `from` rather than now.
-    fn apply_from(
-        &mut self,
-        shared: &Shared,
-        job: Option<JobRecord>,
-        job_id: i64,
-        from: DateTime<Utc>,
-    ) {
-        let Some(job) = job.filter(|j| j.enabled && shared.rank(j.id).is_some()) else {
+    /// Arms a known job where this instance owns it (the backup a little
+    /// later than the primary), disarms it elsewhere. A job this instance
+    /// newly holds as primary is caught up to `line` from its last record:
+    /// at start, after its owners went away, after a late change message.
+    fn place(&mut self, job_id: i64, line: DateTime<Utc>) {
+        let Some(known) = self.catalog.get(&job_id) else {
             self.timers.disarm(job_id);
-            self.jobs.remove(&job_id);
             return;
         };
-        let unchanged = self
-            .timers
-            .armed(job.id)
-            .is_some_and(|armed| armed.version == job.version);
-        if unchanged {
+        let Some(rank) = self.shared.rank(job_id) else {
+            self.timers.disarm(job_id);
+            return;
+        };
+        let delay = self
+            .shared
+            .config
+            .cluster
+            .as_ref()
+            .map_or(Duration::ZERO, |c| c.backup_delay * rank as u32);
+        let current = self.timers.armed(job_id);
+        let same_schedule = current.is_some_and(|a| a.schedule_from == known.schedule_from);
+        if same_schedule
+            && current.is_some_and(|a| a.delay == delay && a.allow_concurrent == known.allow_concurrent)
+        {
             return;
         }
-        match CronExpr::parse(&job.cron) {
-            Ok(cron) => {
-                // From now, never from the past: an edit is not retroactive.
-                self.timers.arm(
-                    Armed {
-                        job_id: job.id,
-                        version: job.version,
-                        cron,
-                        tz: shared.zone_of(&job),
-                    },
-                    from,
-                );
-                self.jobs.insert(job.id, job);
-            }
-            Err(e) => {
-                tracing::error!(job = job.id, cron = %job.cron, error = %e, "stored schedule is invalid; the job is not armed");
-                self.timers.disarm(job.id);
-                self.jobs.remove(&job.id);
-            }
+        let was_primary = same_schedule && current.is_some_and(|a| a.delay.is_zero());
+        let armed = Armed {
+            job_id,
+            schedule_from: known.schedule_from,
+            cron: Arc::clone(&known.cron),
+            tz: known.tz,
+            allow_concurrent: known.allow_concurrent,
+            delay,
+        };
+        let from = known.schedule_from.max(line);
+        let catch_up = rank == 0 && !was_primary && known.schedule_from < line;
+        self.timers.arm(armed, from);
+        if catch_up {
+            self.claim(Request::CatchUp {
+                job_id,
+                through: line,
+                reason: MissReason::Downtime,
+            });
         }
-    }
-
-    fn apply_all(&mut self, shared: &Shared, jobs: Vec<JobRecord>) {
-        self.apply_all_from(shared, jobs, shared.clock.now());
-    }
-
-    fn apply_all_from(&mut self, shared: &Shared, jobs: Vec<JobRecord>, from: DateTime<Utc>) {
-        let seen: HashSet<i64> = jobs.iter().map(|j| j.id).collect();
-        let gone: Vec<i64> = self
-            .jobs
-            .keys()
-            .filter(|id| !seen.contains(id))
-            .copied()
-            .collect();
-        for id in gone {
-            self.apply(shared, None, id);
-        }
-        for job in jobs {
-            let id = job.id;
-            self.apply_from(shared, Some(job), id, from);
-        }
-    }
-
-    async fn reload_job(&mut self, shared: &Shared, job_id: i64) -> Result<(), WorkerError> {
-        let job = shared.store.jobs().get(job_id).await?;
-        self.apply(shared, job, job_id);
-        Ok(())
     }
 }
 
@@ -551,7 +744,7 @@ async fn forward_changes(
                             Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
                             None => break,
                         },
-                        () = crate::context::shutting_down(&mut shutdown) => return,
+                        () = shutting_down(&mut shutdown) => return,
                     }
                 }
                 tracing::warn!("the change subscription dropped; re-subscribing");
@@ -560,253 +753,7 @@ async fn forward_changes(
         }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            () = crate::context::shutting_down(&mut shutdown) => return,
+            () = shutting_down(&mut shutdown) => return,
         }
-    }
-}
-
-async fn load_all_jobs(store: &Store) -> Result<Vec<JobRecord>, WorkerError> {
-    let mut all = Vec::new();
-    let mut page = 1;
-    loop {
-        let (items, total) = store
-            .jobs()
-            .list(&JobFilter::default(), page, LOAD_PAGE)
-            .await?;
-        let done = items.is_empty() || all.len() + items.len() >= total as usize;
-        all.extend(items);
-        if done {
-            return Ok(all);
-        }
-        page += 1;
-    }
-}
-
-/// What a job missed while no instance ran.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Missed {
-    pub first: DateTime<Utc>,
-    pub last: DateTime<Utc>,
-    /// Exact up to the cap; `capped` says there were more.
-    pub count: usize,
-    pub capped: bool,
-}
-
-/// The fire times of `cron` strictly after `from` and at or before `now`.
-pub fn missed_between(
-    cron: &CronExpr,
-    tz: Tz,
-    from: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Option<Missed> {
-    let first = cron.next_after(from, tz).filter(|t| *t <= now)?;
-    let last = cron
-        .last_at_or_before(now, tz)
-        .filter(|t| *t >= first)
-        .unwrap_or(first);
-    let mut count = 1;
-    let mut cursor = first;
-    while cursor < last && count < MISFIRE_COUNT_CAP {
-        match cron.next_after(cursor, tz) {
-            Some(t) if t <= last => {
-                count += 1;
-                cursor = t;
-            }
-            _ => break,
-        }
-    }
-    Some(Missed {
-        first,
-        last,
-        count,
-        capped: cursor < last,
-    })
-}
-
-/// The `output` of a misfire record that was skipped.
-pub fn missed_text(missed: &Missed, tz: Tz) -> String {
-    let fmt = |t: DateTime<Utc>| {
-        t.with_timezone(&tz)
-            .format("%Y-%m-%d %H:%M:%S %:z")
-            .to_string()
-    };
-    let count = if missed.capped {
-        format!("{}+", missed.count)
-    } else {
-        missed.count.to_string()
-    };
-    if missed.count == 1 && !missed.capped {
-        format!(
-            "服务停机期间错过了 1 次执行：{}；错过策略为跳过，不补做。\nMissed 1 fire time while no instance was running: {}; misfire policy is skip.",
-            fmt(missed.first),
-            fmt(missed.first)
-        )
-    } else {
-        format!(
-            "服务停机期间错过了 {count} 次执行：{} 至 {}；错过策略为跳过，不补做。\nMissed {count} fire times while no instance was running: {} to {}; misfire policy is skip.",
-            fmt(missed.first),
-            fmt(missed.last),
-            fmt(missed.first),
-            fmt(missed.last)
-        )
-    }
-}
-
-/// At start: one skipped record or one catch-up run per job that missed
-/// fires, counted from the later of its last fire and its last change.
-async fn catch_up_misfires(
-    shared: &Arc<Shared>,
-    jobs: &[JobRecord],
-    state: &mut LoopState,
-    now: DateTime<Utc>,
-) -> Result<(), WorkerError> {
-    let last_fires = shared.store.fires().last_fire_times().await?;
-    for job in jobs.iter().filter(|j| j.enabled) {
-        let Ok(cron) = CronExpr::parse(&job.cron) else {
-            continue;
-        };
-        let tz = shared.zone_of(job);
-        let from = last_fires
-            .get(&job.id)
-            .copied()
-            .map_or(job.updated_at, |last| last.max(job.updated_at));
-        let Some(missed) = missed_between(&cron, tz, from, now) else {
-            continue;
-        };
-        if let Some(cluster) = &shared.config.cluster {
-            // One worker only handles a job's misfire: the first to mark it.
-            let key = format!("misfire:{}:{}", job.id, from.timestamp_millis());
-            match cluster.coord.once(&key, MISFIRE_ONCE_TTL).await {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(job = job.id, error = %e, "redis unavailable; the misfire claim alone prevents doubles");
-                }
-            }
-        }
-        tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, "missed fires");
-        let source = match MisfirePolicy::parse(&job.misfire_policy) {
-            Some(MisfirePolicy::RunOnce) => Source::Misfire { skipped: None },
-            _ => Source::Misfire {
-                skipped: Some(missed_text(&missed, tz)),
-            },
-        };
-        state.spawn(shared, job.clone(), Trigger::Misfire, missed.last, source);
-    }
-    Ok(())
-}
-
-async fn take_pending(shared: &Arc<Shared>, state: &mut LoopState) -> Result<(), WorkerError> {
-    for fire in shared.store.fires().pending(1000).await? {
-        take_pending_fire(shared, state, fire.id).await?;
-    }
-    Ok(())
-}
-
-/// Starts a queued "run once" fire; the claim inside decides who runs it.
-async fn take_pending_fire(
-    shared: &Arc<Shared>,
-    state: &mut LoopState,
-    fire_id: i64,
-) -> Result<(), WorkerError> {
-    let Some(fire) = shared.store.fires().pending_by_id(fire_id).await? else {
-        return Ok(());
-    };
-    match shared.store.jobs().get(fire.job_id).await? {
-        Some(job) => state.spawn(
-            shared,
-            job,
-            Trigger::Manual,
-            fire.scheduled_at,
-            Source::Manual { fire_id },
-        ),
-        None => {
-            // The job was deleted after the request: record why nothing ran.
-            executor::record_orphan_manual(shared, fire).await?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(s: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(s)
-            .expect("time")
-            .with_timezone(&Utc)
-    }
-
-    #[test]
-    fn missed_table() {
-        let utc = chrono_tz::UTC;
-        let cases = [
-            // (cron, from, now, expected (first, last, count, capped))
-            (
-                "0 30 3 * * *",
-                "2026-05-01T03:30:00Z",
-                "2026-05-01T12:00:00Z",
-                None,
-            ),
-            (
-                "0 30 3 * * *",
-                "2026-05-01T03:30:00Z",
-                "2026-05-02T03:30:00Z",
-                Some(("2026-05-02T03:30:00Z", "2026-05-02T03:30:00Z", 1, false)),
-            ),
-            (
-                "0 30 3 * * *",
-                "2026-05-01T00:00:00Z",
-                "2026-05-04T12:00:00Z",
-                Some(("2026-05-01T03:30:00Z", "2026-05-04T03:30:00Z", 4, false)),
-            ),
-            (
-                "* * * * * *",
-                "2026-05-01T00:00:00Z",
-                "2026-05-01T00:00:10.500Z",
-                Some(("2026-05-01T00:00:01Z", "2026-05-01T00:00:10Z", 10, false)),
-            ),
-            (
-                "* * * * * *",
-                "2026-05-01T00:00:00Z",
-                "2026-05-02T00:00:00Z",
-                Some((
-                    "2026-05-01T00:00:01Z",
-                    "2026-05-02T00:00:00Z",
-                    MISFIRE_COUNT_CAP,
-                    true,
-                )),
-            ),
-        ];
-        for (expr, from, now, want) in cases {
-            let cron = CronExpr::parse(expr).expect("cron");
-            let got = missed_between(&cron, utc, t(from), t(now));
-            let want = want.map(|(first, last, count, capped)| Missed {
-                first: t(first),
-                last: t(last),
-                count,
-                capped,
-            });
-            assert_eq!(got, want, "{expr} from {from} to {now}");
-        }
-    }
-
-    #[test]
-    fn missed_text_names_the_times() {
-        let missed = Missed {
-            first: t("2026-05-01T03:30:00Z"),
-            last: t("2026-05-04T03:30:00Z"),
-            count: 4,
-            capped: false,
-        };
-        let text = missed_text(&missed, "Asia/Shanghai".parse().expect("tz"));
-        assert!(
-            text.contains(
-                "错过了 4 次执行：2026-05-01 11:30:00 +08:00 至 2026-05-04 11:30:00 +08:00"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("Missed 4 fire times"), "{text}");
     }
 }

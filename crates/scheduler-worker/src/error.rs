@@ -13,4 +13,8 @@ pub enum WorkerError {
     Seed { key: String, reason: String },
     #[error("cannot build the HTTP client for handlers in other services: {0}")]
     HttpClient(String),
+    #[error(
+        "QIWU_TIMEZONE={mine} differs from the cluster's zone {cluster}: every instance must use the same zone, or fire times would differ between instances"
+    )]
+    ZoneMismatch { mine: String, cluster: String },
 }

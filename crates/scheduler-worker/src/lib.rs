@@ -2,20 +2,26 @@
 //! handlers compiled into the service.
 
 pub mod alerts;
+mod claimer;
 pub mod clock;
 pub mod cluster;
 pub mod context;
 pub mod engine;
 mod error;
-mod executor;
+mod fire;
 pub mod handlers;
+mod lease;
+mod recorder;
 pub mod seed;
 #[cfg(test)]
 mod test_support;
+mod texts;
 pub mod timer;
 
 pub use alerts::{TimeoutAlert, raise_timeout_alert};
 pub use cluster::{ClusterConfig, DbClock};
-pub use engine::{Command, Engine, EngineConfig, EngineHandle, OnTimeout, TimeoutInfo};
+pub use engine::{
+    Command, Engine, EngineConfig, EngineHandle, EngineStatus, OnTimeout, TimeoutInfo,
+};
 pub use error::WorkerError;
 pub use seed::seed_builtin_jobs;

@@ -2,40 +2,57 @@
 //! The engine sleeps until the earliest entry; nothing polls on a tick.
 //!
 //! Entries are never removed from the heap in place: re-arming or disarming
-//! a job bumps its generation, and stale entries are dropped when they reach
-//! the top.
+//! a job bumps its generation and the old entry goes stale. Stale entries
+//! are dropped when they reach the top, and the heap is rebuilt when they
+//! outnumber the live ones (a yearly job edited daily would otherwise keep
+//! one stale entry per edit until its date).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::CronExpr;
 
-/// What the queue needs to know about a job.
+/// What the queue (and the claim) needs to know about an armed job: a
+/// compact entry, not the whole record.
 #[derive(Debug, Clone)]
 pub struct Armed {
     pub job_id: i64,
-    /// The job version the timer was armed at; the claim re-checks it.
-    pub version: i64,
-    pub cron: CronExpr,
+    /// The schedule the timer was armed from; the claim re-checks it.
+    pub schedule_from: DateTime<Utc>,
+    pub cron: Arc<CronExpr>,
     pub tz: Tz,
+    pub allow_concurrent: bool,
+    /// How long after each fire time this instance claims it (0 for the
+    /// job's primary owner, later for its backup).
+    pub delay: Duration,
 }
 
 /// One fire that is due.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
     pub job_id: i64,
-    pub version: i64,
+    /// The nominal fire time.
     pub at: DateTime<Utc>,
 }
 
+/// A heap entry: (wake-up time, job, generation, nominal fire time).
+type Entry = Reverse<(DateTime<Utc>, i64, u64, DateTime<Utc>)>;
+
 #[derive(Debug, Default)]
 pub struct Timers {
-    /// (due, job, generation), earliest first.
-    heap: BinaryHeap<Reverse<(DateTime<Utc>, i64, u64)>>,
-    jobs: HashMap<i64, (Armed, u64)>,
+    heap: BinaryHeap<Entry>,
+    /// Each armed job, its generation and its next nominal fire time.
+    jobs: HashMap<i64, (Armed, u64, Option<DateTime<Utc>>)>,
     next_generation: u64,
+}
+
+/// The instant a fire time wakes this instance up.
+fn wake_at(armed: &Armed, at: DateTime<Utc>) -> DateTime<Utc> {
+    at + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
 }
 
 impl Timers {
@@ -47,84 +64,112 @@ impl Timers {
     pub fn arm(&mut self, job: Armed, after: DateTime<Utc>) {
         self.next_generation += 1;
         let generation = self.next_generation;
-        if let Some(next) = job.cron.next_after(after, job.tz) {
-            self.heap.push(Reverse((next, job.job_id, generation)));
+        let next = job.cron.next_after(after, job.tz);
+        if let Some(at) = next {
+            self.heap
+                .push(Reverse((wake_at(&job, at), job.job_id, generation, at)));
         }
-        self.jobs.insert(job.job_id, (job, generation));
+        self.jobs.insert(job.job_id, (job, generation, next));
+        self.compact();
     }
 
-    /// Forgets a job (deleted or disabled).
+    /// Forgets a job (deleted, disabled, or owned by others now).
     pub fn disarm(&mut self, job_id: i64) {
         self.jobs.remove(&job_id);
-    }
-
-    pub fn is_armed(&self, job_id: i64) -> bool {
-        self.jobs.contains_key(&job_id)
+        self.compact();
     }
 
     pub fn armed(&self, job_id: i64) -> Option<&Armed> {
-        self.jobs.get(&job_id).map(|(a, _)| a)
+        self.jobs.get(&job_id).map(|(a, _, _)| a)
     }
 
-    /// The earliest live entry.
-    pub fn next_due(&mut self) -> Option<DateTime<Utc>> {
+    /// Every armed job.
+    pub fn all(&self) -> impl Iterator<Item = &Armed> {
+        self.jobs.values().map(|(a, _, _)| a)
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// When the earliest live entry wakes this instance up.
+    pub fn next_wake(&mut self) -> Option<DateTime<Utc>> {
         self.drop_stale();
-        self.heap.peek().map(|Reverse((at, _, _))| *at)
+        self.heap.peek().map(|Reverse((wake, _, _, _))| *wake)
     }
 
-    /// Takes every entry due at or before `now`, re-arming each job at its
-    /// following fire time.
+    /// Takes every entry whose wake-up time is at or before `now`, re-arming
+    /// each job at its following fire time. A job whose instance slept past
+    /// several of its times yields each of them, in order.
     pub fn pop_due(&mut self, now: DateTime<Utc>) -> Vec<Due> {
         let mut due = Vec::new();
         loop {
             self.drop_stale();
-            let Some(Reverse((at, job_id, _))) = self.heap.peek().copied() else {
+            let Some(Reverse((wake, job_id, _, at))) = self.heap.peek().copied() else {
                 break;
             };
-            if at > now {
+            if wake > now {
                 break;
             }
             self.heap.pop();
-            let Some((armed, _)) = self.jobs.get(&job_id) else {
+            let Some((armed, _, _)) = self.jobs.get(&job_id) else {
                 continue;
             };
             let armed = armed.clone();
-            due.push(Due {
-                job_id,
-                version: armed.version,
-                at,
-            });
+            due.push(Due { job_id, at });
             self.arm(armed, at);
         }
         due
     }
 
     fn drop_stale(&mut self) {
-        while let Some(Reverse((_, job_id, generation))) = self.heap.peek() {
+        while let Some(Reverse((_, job_id, generation, _))) = self.heap.peek() {
             match self.jobs.get(job_id) {
-                Some((_, current)) if current == generation => break,
+                Some((_, current, _)) if current == generation => break,
                 _ => {
                     self.heap.pop();
                 }
             }
         }
     }
+
+    /// Rebuilds the heap from the live entries once stale ones dominate.
+    fn compact(&mut self) {
+        if self.heap.len() <= 2 * self.jobs.len() + 64 {
+            return;
+        }
+        self.heap = self
+            .jobs
+            .iter()
+            .filter_map(|(job_id, (armed, generation, next))| {
+                next.map(|at| Reverse((wake_at(armed, at), *job_id, *generation, at)))
+            })
+            .collect();
+    }
+
+    #[cfg(test)]
+    fn heap_len(&self) -> usize {
+        self.heap.len()
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
     use super::*;
     use crate::clock::{Clock, TokioClock, sleep_for};
 
-    fn armed(job_id: i64, version: i64, cron: &str) -> Armed {
+    fn armed(job_id: i64, cron: &str) -> Armed {
         Armed {
             job_id,
-            version,
-            cron: CronExpr::parse(cron).expect("cron"),
+            schedule_from: t("2026-11-29T00:00:00Z"),
+            cron: Arc::new(CronExpr::parse(cron).expect("cron")),
             tz: chrono_tz::UTC,
+            allow_concurrent: false,
+            delay: Duration::ZERO,
         }
     }
 
@@ -142,7 +187,7 @@ mod tests {
         end: DateTime<Utc>,
     ) -> Vec<(Due, DateTime<Utc>)> {
         let mut fired = Vec::new();
-        while let Some(next) = timers.next_due() {
+        while let Some(next) = timers.next_wake() {
             if next > end {
                 break;
             }
@@ -162,58 +207,75 @@ mod tests {
     async fn every_second_fires_once_per_second_on_time() {
         let clock = TokioClock::starting_at(t("2026-11-29T10:00:00.250Z"));
         let mut timers = Timers::new();
-        timers.arm(armed(1, 1, "* * * * * *"), clock.now());
-        timers.arm(armed(2, 1, "*/5 * * * * *"), clock.now());
+        timers.arm(armed(1, "* * * * * *"), clock.now());
+        timers.arm(armed(2, "*/5 * * * * *"), clock.now());
         let fired = drive(&mut timers, &clock, t("2026-11-29T10:00:10Z")).await;
-        let job1: Vec<DateTime<Utc>> = fired
-            .iter()
-            .filter(|(d, _)| d.job_id == 1)
-            .map(|(d, _)| d.at)
-            .collect();
+        let of = |job: i64| -> Vec<DateTime<Utc>> {
+            fired
+                .iter()
+                .filter(|(d, _)| d.job_id == job)
+                .map(|(d, _)| d.at)
+                .collect()
+        };
         let want: Vec<DateTime<Utc>> = (1..=10)
             .map(|s| t("2026-11-29T10:00:00Z") + chrono::Duration::seconds(s))
             .collect();
-        assert_eq!(job1, want);
-        let job2: Vec<DateTime<Utc>> = fired
-            .iter()
-            .filter(|(d, _)| d.job_id == 2)
-            .map(|(d, _)| d.at)
-            .collect();
-        assert_eq!(job2, [t("2026-11-29T10:00:05Z"), t("2026-11-29T10:00:10Z")]);
+        assert_eq!(of(1), want);
+        assert_eq!(of(2), [t("2026-11-29T10:00:05Z"), t("2026-11-29T10:00:10Z")]);
         // Each fire was taken exactly at its time (no lag, no early fire).
         assert!(fired.iter().all(|(d, taken)| *taken == d.at), "{fired:?}");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn rearming_and_disarming_take_effect_at_once() {
-        let clock = Arc::new(TokioClock::starting_at(t("2026-11-29T10:00:00Z")));
+    async fn a_backup_wakes_up_after_its_delay_with_the_nominal_time() {
+        let clock = TokioClock::starting_at(t("2026-11-29T10:00:00Z"));
         let mut timers = Timers::new();
-        timers.arm(armed(1, 1, "* * * * * *"), clock.now());
+        let backup = Armed {
+            delay: Duration::from_millis(400),
+            ..armed(1, "* * * * * *")
+        };
+        timers.arm(backup, clock.now());
+        assert_eq!(timers.next_wake(), Some(t("2026-11-29T10:00:01.400Z")));
+        let fired = drive(&mut timers, &clock, t("2026-11-29T10:00:02.500Z")).await;
+        let got: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            fired.iter().map(|(d, taken)| (d.at, *taken)).collect();
+        assert_eq!(
+            got,
+            [
+                (t("2026-11-29T10:00:01Z"), t("2026-11-29T10:00:01.400Z")),
+                (t("2026-11-29T10:00:02Z"), t("2026-11-29T10:00:02.400Z")),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rearming_and_disarming_take_effect_at_once() {
+        let clock = TokioClock::starting_at(t("2026-11-29T10:00:00Z"));
+        let mut timers = Timers::new();
+        timers.arm(armed(1, "* * * * * *"), clock.now());
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let due = timers.pop_due(clock.now());
-        assert_eq!(due.len(), 2);
-        // Edited: only the new version's schedule counts from now on.
-        timers.arm(armed(1, 2, "0 * * * * *"), clock.now());
-        let fired = drive(&mut timers, clock.as_ref(), t("2026-11-29T10:01:00Z")).await;
+        assert_eq!(timers.pop_due(clock.now()).len(), 2);
+        // Edited: only the new schedule counts from now on.
+        timers.arm(armed(1, "0 * * * * *"), clock.now());
+        let fired = drive(&mut timers, &clock, t("2026-11-29T10:01:00Z")).await;
         assert_eq!(fired.len(), 1);
         assert_eq!(
             fired[0].0,
             Due {
                 job_id: 1,
-                version: 2,
                 at: t("2026-11-29T10:01:00Z")
             }
         );
         timers.disarm(1);
-        assert_eq!(timers.next_due(), None);
-        assert!(!timers.is_armed(1));
+        assert_eq!(timers.next_wake(), None);
+        assert!(timers.armed(1).is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_late_wake_up_takes_every_due_fire_in_order() {
         let clock = TokioClock::starting_at(t("2026-11-29T10:00:00Z"));
         let mut timers = Timers::new();
-        timers.arm(armed(1, 1, "* * * * * *"), clock.now());
+        timers.arm(armed(1, "* * * * * *"), clock.now());
         // The process stalls for 3.5 s: the three missed seconds are due.
         tokio::time::sleep(Duration::from_millis(3500)).await;
         let due: Vec<DateTime<Utc>> = timers
@@ -229,7 +291,21 @@ mod tests {
                 t("2026-11-29T10:00:03Z")
             ]
         );
-        assert_eq!(timers.next_due(), Some(t("2026-11-29T10:00:04Z")));
+        assert_eq!(timers.next_wake(), Some(t("2026-11-29T10:00:04Z")));
+    }
+
+    #[test]
+    fn stale_entries_of_rearmed_jobs_are_compacted() {
+        let mut timers = Timers::new();
+        let now = t("2026-11-29T10:00:00Z");
+        // A yearly job re-armed every day for years keeps one live entry.
+        for _ in 0..10_000 {
+            timers.arm(armed(1, "0 0 0 1 1 *"), now);
+            timers.arm(armed(2, "0 0 0 1 1 *"), now);
+        }
+        assert!(timers.heap_len() <= 2 * 2 + 64 + 1, "{}", timers.heap_len());
+        assert_eq!(timers.next_wake(), Some(t("2027-01-01T00:00:00Z")));
+        assert_eq!(timers.len(), 2);
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct JobRecord {
     pub misfire_policy: String,
     pub remark: String,
     pub version: i64,
+    /// When the current schedule (cron, zone, enabled) took effect: timers
+    /// armed from another schedule claim nothing, and no fire time at or
+    /// before it is ever claimed.
+    pub schedule_from: DateTime<Utc>,
     pub builtin_key: Option<String>,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
@@ -87,6 +91,7 @@ impl TryFrom<job::Model> for JobRecord {
             misfire_policy: m.misfire_policy,
             remark: m.remark,
             version: m.version,
+            schedule_from: from_millis(m.schedule_from)?,
             builtin_key: m.builtin_key,
             created_at: from_millis(m.created_at)?,
             created_by: m.created_by,
@@ -94,6 +99,43 @@ impl TryFrom<job::Model> for JobRecord {
             updated_by: m.updated_by,
         })
     }
+}
+
+/// The part of a job its timers need: a compact entry, so a worker can keep
+/// every enabled job of a large installation in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSchedule {
+    pub id: i64,
+    pub enabled: bool,
+    pub cron: String,
+    pub timezone: Option<String>,
+    pub schedule_from: DateTime<Utc>,
+    pub allow_concurrent: bool,
+}
+
+type ScheduleRow = (i64, bool, String, Option<String>, i64, bool);
+
+fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
+    let (id, enabled, cron, timezone, schedule_from, allow_concurrent) = row;
+    Ok(JobSchedule {
+        id,
+        enabled,
+        cron,
+        timezone,
+        schedule_from: from_millis(schedule_from)?,
+        allow_concurrent,
+    })
+}
+
+fn schedule_query() -> sea_orm::Select<job::Entity> {
+    job::Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .column(Column::Enabled)
+        .column(Column::Cron)
+        .column(Column::Timezone)
+        .column(Column::ScheduleFrom)
+        .column(Column::AllowConcurrent)
 }
 
 /// Filters of the job list; `None` means "any".
@@ -152,6 +194,57 @@ impl JobRepo<'_> {
         find(self.store.connection(), id).await
     }
 
+    /// Jobs by id (missing ones are left out).
+    pub async fn get_many(
+        &self,
+        ids: &[i64],
+    ) -> Result<std::collections::HashMap<i64, JobRecord>, StorageError> {
+        crate::fires::jobs_by_id(self.store.connection(), ids).await
+    }
+
+    /// Enabled jobs' schedules with an id above `after_id`, by id: one page
+    /// of the timers' initial load.
+    pub async fn schedules(
+        &self,
+        after_id: i64,
+        limit: u64,
+    ) -> Result<Vec<JobSchedule>, StorageError> {
+        let rows: Vec<ScheduleRow> = schedule_query()
+            .filter(Column::Id.gt(after_id))
+            .filter(Column::Enabled.eq(true))
+            .order_by_asc(Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        rows.into_iter().map(schedule_of).collect()
+    }
+
+    /// The schedules of jobs changed at or after `since` (enabled or not):
+    /// what a reconciliation reads, instead of every job.
+    pub async fn schedules_changed_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<JobSchedule>, StorageError> {
+        let rows: Vec<ScheduleRow> = schedule_query()
+            .filter(Column::UpdatedAt.gte(to_millis(since)))
+            .order_by_asc(Column::Id)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        rows.into_iter().map(schedule_of).collect()
+    }
+
+    /// One job's schedule, or `None` when it was deleted.
+    pub async fn schedule(&self, id: i64) -> Result<Option<JobSchedule>, StorageError> {
+        let row: Option<ScheduleRow> = schedule_query()
+            .filter(Column::Id.eq(id))
+            .into_tuple()
+            .one(self.store.connection())
+            .await?;
+        row.map(schedule_of).transpose()
+    }
+
     /// Version starts at 1; created_* and updated_* are (actor, now). A taken
     /// name → `NameTaken`; a taken `builtin_key` → `AlreadyExists`.
     pub async fn create(
@@ -165,6 +258,7 @@ impl JobRepo<'_> {
         let row = job::ActiveModel {
             id: NotSet,
             version: Set(1),
+            schedule_from: Set(now),
             builtin_key: Set(job.builtin_key.clone()),
             created_at: Set(now),
             created_by: Set(actor.to_owned()),
@@ -201,8 +295,24 @@ impl JobRepo<'_> {
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
         let txn = self.store.begin_write().await?;
+        let now = to_millis(now);
+        // A new schedule starts when cron, zone or enabled change; other
+        // edits leave armed timers valid.
+        let current = job::Entity::find_by_id(id)
+            .one(&txn)
+            .await?
+            .ok_or(StorageError::NotFound)?;
+        let schedule_from = if current.cron != job.cron
+            || current.timezone != job.timezone
+            || current.enabled != job.enabled
+        {
+            next_schedule_from(current.schedule_from, now)
+        } else {
+            current.schedule_from
+        };
         let changed = job::Entity::update_many()
-            .set(editable_fields(job, actor, to_millis(now)))
+            .set(editable_fields(job, actor, now))
+            .col_expr(Column::ScheduleFrom, Expr::val(schedule_from))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
             .filter(Column::Id.eq(id))
             .filter(Column::Version.eq(expected_version))
@@ -244,8 +354,17 @@ impl JobRepo<'_> {
         let txn = self.store.begin_write().await?;
         let now = to_millis(now);
         let toggle = || {
+            // Enabling starts a new schedule (re-enabled jobs continue from
+            // the next time; the disabled period is never missed).
+            // `GREATEST(schedule_from + 1, now)` keeps it increasing.
+            let starts = Expr::case(
+                Expr::col(Column::ScheduleFrom).gte(now),
+                Expr::col(Column::ScheduleFrom).add(1),
+            )
+            .finally(Expr::val(now));
             let mut q = job::Entity::update_many()
                 .col_expr(Column::Enabled, Expr::val(enabled))
+                .col_expr(Column::ScheduleFrom, starts.into())
                 .col_expr(Column::UpdatedAt, Expr::val(now))
                 .col_expr(Column::UpdatedBy, Expr::val(actor))
                 .col_expr(Column::Version, Expr::col(Column::Version).add(1))
@@ -350,6 +469,12 @@ async fn find<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<JobRecord>, 
         .transpose()
 }
 
+/// The start of a new schedule: now, but always after the previous one, so
+/// a timer armed from the old schedule can never match it.
+fn next_schedule_from(previous: i64, now: i64) -> i64 {
+    Ord::max(now, previous.saturating_add(1))
+}
+
 /// The columns both create and update write.
 fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
     job::ActiveModel {
@@ -368,6 +493,7 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         misfire_policy: Set(job.misfire_policy.clone()),
         remark: Set(job.remark.clone()),
         version: NotSet,
+        schedule_from: NotSet,
         builtin_key: NotSet,
         created_at: NotSet,
         created_by: NotSet,

@@ -25,9 +25,12 @@ pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
-pub use fires::{FireClaim, FireRepo, PendingFire, RunEnd, RunStart, RunStatus, Trigger};
+pub use fires::{
+    ClaimContext, ClaimOutcome, Claimed, END_WRITE_FALLBACK, EndWritten, FireRepo, FirstRun,
+    ManualClaim, PendingFire, RunEnd, RunStart, RunStatus, TimeClaim, Trigger, storable,
+};
 pub use groups::{GroupRecord, GroupRepo};
-pub use jobs::{JobFilter, JobRecord, JobRepo, NewJob};
+pub use jobs::{JobFilter, JobRecord, JobRepo, JobSchedule, NewJob};
 pub use notifications::{
     NewNotification, NotificationCursor, NotificationPage, NotificationRecord, NotificationRepo,
     OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TEMPLATE_MODIFY_ACTION,

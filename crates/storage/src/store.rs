@@ -91,10 +91,54 @@ impl Store {
         }
     }
 
+    /// Opens a pool that connects on first use: a process that must wait
+    /// for its database (a worker started before it) starts anyway.
+    pub async fn open_lazy(url: &str) -> Result<Store, StorageError> {
+        let backend = Backend::from_url(url).ok_or_else(|| {
+            StorageError::Open(
+                "unsupported database URL: expected sqlite:, postgres:// or mysql://".to_owned(),
+            )
+        })?;
+        let mut opts = ConnectOptions::new(url);
+        opts.sqlx_logging(false).connect_lazy(true);
+        let db = Database::connect(opts).await?;
+        Ok(Store { db, backend })
+    }
+
     /// Applies pending migrations.
     pub async fn migrate(&self) -> Result<(), StorageError> {
         Migrator::up(&self.db, None).await?;
         Ok(())
+    }
+
+    /// How many of this build's migrations the database has not applied.
+    /// Reads the migrations table without creating it (a worker never
+    /// touches the schema); a database that answers but has no such table
+    /// has applied none.
+    pub async fn pending_migrations(&self) -> Result<usize, StorageError> {
+        use sea_orm::{ConnectionTrait, Statement};
+        let known: Vec<String> = Migrator::migrations()
+            .iter()
+            .map(|m| m.name().to_string())
+            .collect();
+        let sql = Statement::from_string(
+            self.db.get_database_backend(),
+            "SELECT version FROM seaql_migrations",
+        );
+        match self.db.query_all_raw(sql).await {
+            Ok(rows) => {
+                let mut applied = std::collections::HashSet::new();
+                for row in rows {
+                    applied.insert(row.try_get::<String>("", "version")?);
+                }
+                Ok(known.iter().filter(|k| !applied.contains(*k)).count())
+            }
+            Err(e) => {
+                self.ping().await?;
+                tracing::debug!(error = %e, "no migrations table yet");
+                Ok(known.len())
+            }
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -157,6 +201,22 @@ impl Store {
         self.db
             .begin_with_options(TransactionOptions {
                 sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..TransactionOptions::default()
+            })
+            .await
+    }
+
+    /// Starts a claim transaction: a writer on SQLite (as `begin_write`),
+    /// READ COMMITTED on MySQL, whose default (REPEATABLE READ) would take
+    /// gap locks on the ledger's keys and make concurrent claimers of
+    /// different fires deadlock.
+    pub(crate) async fn begin_claim(&self) -> Result<DatabaseTransaction, DbErr> {
+        let isolation_level =
+            (self.backend == Backend::MySql).then_some(sea_orm::IsolationLevel::ReadCommitted);
+        self.db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                isolation_level,
                 ..TransactionOptions::default()
             })
             .await

@@ -418,6 +418,7 @@ async fn every_entity_round_trips(store: Store) {
         instance: "host-1".into(),
         output: "日志\n".repeat(4000),
         error: String::new(),
+        swept_at: None,
         deleted_at: None,
     };
     let mut am = m.clone().into_active_model().reset_all();
@@ -1616,6 +1617,7 @@ mod run_and_audit_logs {
             instance: Set("host-1".into()),
             output: Set(format!("output of {job_name}")),
             error: Set(String::new()),
+            swept_at: Set(None),
             deleted_at: Set(None),
         }
     }
@@ -2680,6 +2682,7 @@ mod notify_scenarios {
             instance: Set("host".into()),
             output: Set(String::new()),
             error: Set(String::new()),
+            swept_at: Set(None),
             deleted_at: Set(deleted.then_some(started_at)),
         }
     }

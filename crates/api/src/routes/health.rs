@@ -3,7 +3,7 @@
 use actix_web::{HttpResponse, get, web};
 
 use crate::dto::Health;
-use crate::state::AppState;
+use crate::ops::Ops;
 
 /// The process is up.
 #[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, body = Health)))]
@@ -19,23 +19,23 @@ pub async fn healthz_plain() -> HttpResponse {
     })
 }
 
-/// The process can reach its database.
+/// The process can do its work: its database (and Redis) answer and, in
+/// `serve`, the execution engine runs. A 503 says why not.
 #[utoipa::path(
     tag = "ops",
     summary = "Readiness probe",
     responses((status = 200, body = Health), (status = 503, body = Health))
 )]
 #[get("/readyz")]
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    match state.store.ping().await {
-        Ok(()) => HttpResponse::Ok().json(Health {
+pub async fn readyz(ops: web::Data<Ops>) -> HttpResponse {
+    let problems = crate::ops::readiness_problems(&ops).await;
+    if problems.is_empty() {
+        HttpResponse::Ok().json(Health {
             status: "ready".into(),
-        }),
-        Err(e) => {
-            tracing::warn!(error = %e, "readiness check failed");
-            HttpResponse::ServiceUnavailable().json(Health {
-                status: "database unreachable".into(),
-            })
-        }
+        })
+    } else {
+        HttpResponse::ServiceUnavailable().json(Health {
+            status: problems.join("; "),
+        })
     }
 }

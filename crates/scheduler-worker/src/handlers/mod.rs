@@ -150,19 +150,25 @@ pub fn builtin_catalog() -> Result<HandlerCatalog, HandlerError> {
 /// The built-in handlers with their implementations. `webhook_secret` is
 /// `QIWU_WEBHOOK_SECRET`, read once at start-up: `notify.dispatch` signs
 /// every delivery with it and sends nothing without it.
+///
+/// `clock` is the engine's: in a cluster the one corrected to the
+/// database's, so a worker whose own clock runs ahead never purges early.
 pub fn builtin_registry(
     store: Store,
     webhook_secret: Option<String>,
+    clock: Arc<dyn crate::clock::Clock>,
 ) -> Result<Registry, HandlerError> {
     Registry::new([
         (demo_echo()?, Arc::new(echo::Echo) as Arc<dyn Handler>),
         (
             audit_purge()?,
-            Arc::new(purge::Purge::new(store.clone(), purge::DEFAULT_BATCH)),
+            Arc::new(
+                purge::Purge::new(store.clone(), purge::DEFAULT_BATCH).with_clock(clock.clone()),
+            ),
         ),
         (
             notify_dispatch()?,
-            Arc::new(dispatch::Dispatch::new(store, webhook_secret)),
+            Arc::new(dispatch::Dispatch::new(store, webhook_secret).with_clock(clock)),
         ),
     ])
 }
@@ -186,7 +192,7 @@ mod tests {
     #[tokio::test]
     async fn the_registry_implements_exactly_the_catalog() {
         let store = crate::test_support::test_store().await;
-        let registry = builtin_registry(store.store.clone(), Some("s".into())).expect("registry");
+        let registry = builtin_registry(store.store.clone(), Some("s".into()), Arc::new(crate::clock::SystemClock)).expect("registry");
         let catalog = builtin_catalog().expect("catalog");
         let names = |c: &HandlerCatalog| {
             c.iter()
@@ -216,7 +222,7 @@ mod tests {
     #[tokio::test]
     async fn remote_handlers_join_the_catalog_and_never_replace_one() {
         let store = crate::test_support::test_store().await;
-        let builtin = builtin_registry(store.store.clone(), None).expect("registry");
+        let builtin = builtin_registry(store.store.clone(), None, Arc::new(crate::clock::SystemClock)).expect("registry");
         let registry = builtin
             .clone()
             .with_remote([remote("session.sweep"), remote("wf.task.remind")])

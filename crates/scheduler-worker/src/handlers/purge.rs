@@ -194,6 +194,7 @@ mod tests {
             instance: Set("i".into()),
             output: Set(String::new()),
             error: Set(String::new()),
+            swept_at: Set(None),
             deleted_at: Set(deleted.then_some(ms)),
         }
         .insert(store.connection())

@@ -1,5 +1,6 @@
-//! `fires`: the exactly-once ledger. `UNIQUE(job_id, trigger, scheduled_at)`
-//! lets exactly one instance record a given fire.
+//! `fires`: the exactly-once ledger. Per job and lane, `UNIQUE(scheduled_at)`
+//! and `UNIQUE(prev_at)` make the schedule's records one chain: exactly one
+//! record per fire time, whoever writes it.
 
 use sea_orm::entity::prelude::*;
 
@@ -11,6 +12,14 @@ pub struct Model {
     pub job_id: i64,
     /// `schedule`, `manual` or `misfire`.
     pub trigger: String,
+    /// 0: the job's schedule (timer fires and catch-ups), 1: run once,
+    /// 2: catch-ups recorded before the chain existed.
+    pub lane: i16,
+    /// The fire time (or the job's last change) this record follows.
+    pub prev_at: Option<i64>,
+    /// The first fire time this record covers (a catch-up covers
+    /// `first_at ..= scheduled_at`).
+    pub first_at: Option<i64>,
     pub scheduled_at: i64,
     /// `pending`, `claimed` or `done`.
     pub state: String,

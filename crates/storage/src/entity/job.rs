@@ -25,6 +25,8 @@ pub struct Model {
     #[sea_orm(column_type = "Text")]
     pub remark: String,
     pub version: i64,
+    /// When the current schedule (cron, zone, enabled) took effect.
+    pub schedule_from: i64,
     /// Set on seeded built-in jobs: handler plus original name.
     #[sea_orm(unique)]
     pub builtin_key: Option<String>,

@@ -25,6 +25,9 @@ pub struct Model {
     pub output: String,
     #[sea_orm(column_type = "Text")]
     pub error: String,
+    /// Set when another instance closed the run as lost; the real end, if
+    /// it still comes, overwrites that verdict.
+    pub swept_at: Option<i64>,
     /// Soft delete: hidden from the API at once, purged by `audit.purge` later.
     pub deleted_at: Option<i64>,
 }

@@ -1,0 +1,548 @@
+//! Between the timers and the fires: the claimer takes what the engine
+//! asks for (timer fires, catch-ups, run-once requests), claims it in
+//! batches, and starts a [`Fire`] for each claimed run.
+//!
+//! It is also where nothing is lost. Its queue holds at most one entry per
+//! job: a fire time that cannot be claimed in time (the database is down,
+//! the clock disagrees with the database's, too many fires are in flight)
+//! folds into a catch-up of that job, which records the missed times by
+//! the job's misfire policy once claiming works again. A claim that finds
+//! earlier times of its job unrecorded (a [`ClaimOutcome::Gap`]) catches
+//! them up first. So every fire time ends with exactly one record, and
+//! memory stays bounded by the number of jobs.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use qiwu_domain::misfire::{missed_between, missed_text};
+use qiwu_domain::{CronExpr, MisfirePolicy, MissReason};
+use qiwu_storage::{
+    ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, RunStatus, StorageError,
+    TimeClaim, Trigger,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::context::shutting_down;
+use crate::engine::Shared;
+use crate::fire::Fire;
+use crate::lease::Slot;
+use crate::texts;
+use crate::timer::Armed;
+
+/// Claims per batch at most.
+const BATCH: usize = 200;
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What the engine asks the claimer for.
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    /// A timer fire of an armed job.
+    Time { armed: Armed, at: DateTime<Utc> },
+    /// Record the job's unrecorded fire times up to `through` by its
+    /// misfire policy.
+    CatchUp {
+        job_id: i64,
+        through: DateTime<Utc>,
+        reason: MissReason,
+    },
+    /// A queued run-once request.
+    Manual { fire_id: i64 },
+}
+
+/// What the claimer tells the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Feedback {
+    /// The job changed since it was armed: read it again.
+    Stale(i64),
+}
+
+/// The queued work of one job.
+#[derive(Debug, Default)]
+struct JobWork {
+    catch_up: Option<(DateTime<Utc>, MissReason)>,
+    time: Option<(Armed, DateTime<Utc>)>,
+}
+
+pub(crate) struct Claimer {
+    shared: Arc<Shared>,
+    requests: mpsc::UnboundedReceiver<Request>,
+    feedback: mpsc::UnboundedSender<Feedback>,
+    stop: watch::Receiver<bool>,
+    jobs: HashMap<i64, JobWork>,
+    /// Jobs with queued work, oldest first.
+    order: VecDeque<i64>,
+    manual: VecDeque<i64>,
+    manual_known: HashSet<i64>,
+    /// Set after a failed batch: nothing is tried before it.
+    retry_at: Option<tokio::time::Instant>,
+    backoff: Duration,
+    /// The last batch could not reach the database.
+    unreachable: bool,
+    crons: HashMap<String, Arc<CronExpr>>,
+}
+
+impl Claimer {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        requests: mpsc::UnboundedReceiver<Request>,
+        feedback: mpsc::UnboundedSender<Feedback>,
+        stop: watch::Receiver<bool>,
+    ) -> Claimer {
+        Claimer {
+            shared,
+            requests,
+            feedback,
+            stop,
+            jobs: HashMap::new(),
+            order: VecDeque::new(),
+            manual: VecDeque::new(),
+            manual_known: HashSet::new(),
+            retry_at: None,
+            backoff: FIRST_BACKOFF,
+            unreachable: false,
+            crons: HashMap::new(),
+        }
+    }
+
+    /// Claims until the process stops.
+    pub(crate) async fn run(mut self) {
+        let mut stop = self.stop.clone();
+        loop {
+            let now = tokio::time::Instant::now();
+            let waiting = self.retry_at.is_some_and(|t| t > now);
+            if !waiting && self.has_work() && self.shared.permits.available_permits() > 0 {
+                self.round().await;
+                self.take_queued();
+                continue;
+            }
+            let retry_at = self.retry_at.unwrap_or(now);
+            let permits = Arc::clone(&self.shared.permits);
+            tokio::select! {
+                biased;
+                () = shutting_down(&mut stop) => return,
+                request = self.requests.recv() => match request {
+                    Some(request) => self.add(request),
+                    None => return,
+                },
+                () = tokio::time::sleep_until(retry_at), if waiting => self.retry_at = None,
+                // A fire ended and freed a place: claim what waits.
+                permit = permits.acquire_owned(), if !waiting && self.has_work() => drop(permit),
+            }
+            self.take_queued();
+        }
+    }
+
+    fn take_queued(&mut self) {
+        while let Ok(request) = self.requests.try_recv() {
+            self.add(request);
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        !self.order.is_empty() || !self.manual.is_empty()
+    }
+
+    /// Queues a request; a job has at most one queued entry, so a second
+    /// fire time of a job still waiting folds both into one catch-up.
+    fn add(&mut self, request: Request) {
+        match request {
+            Request::Manual { fire_id } => {
+                if self.manual_known.insert(fire_id) {
+                    self.manual.push_back(fire_id);
+                }
+            }
+            Request::Time { armed, at } => {
+                let job_id = armed.job_id;
+                let work = self.work(job_id);
+                match work.time.take() {
+                    Some((_, waiting)) => {
+                        fold(work, waiting.max(at), MissReason::Overloaded);
+                    }
+                    None => work.time = Some((armed, at)),
+                }
+            }
+            Request::CatchUp {
+                job_id,
+                through,
+                reason,
+            } => fold(self.work(job_id), through, reason),
+        }
+    }
+
+    fn work(&mut self, job_id: i64) -> &mut JobWork {
+        if !self.jobs.contains_key(&job_id) {
+            self.order.push_back(job_id);
+        }
+        self.jobs.entry(job_id).or_default()
+    }
+
+    /// One round: catch-ups first (they come before later times in each
+    /// job's chain), then timer fires, then run-once requests.
+    async fn round(&mut self) {
+        let now = self.shared.clock.now();
+        if self.shared.skew_too_large() {
+            tracing::error!(skew_ms = self.shared.skew_ms(), "clock skew against the database is too large: claiming nothing");
+            self.fold_all_times(MissReason::ClockSkew);
+            self.fail_later();
+            return;
+        }
+        let reason = if self.unreachable {
+            MissReason::Outage
+        } else {
+            MissReason::Overloaded
+        };
+        self.fold_late(now, reason);
+        let result = match self.take_catch_ups() {
+            batch if !batch.is_empty() => self.catch_up(batch).await,
+            _ => match self.take_times() {
+                batch if !batch.is_empty() => self.claim_times(batch).await,
+                _ => self.claim_manual().await,
+            },
+        };
+        match result {
+            Ok(()) => {
+                self.unreachable = false;
+                self.backoff = FIRST_BACKOFF;
+            }
+            Err(e) => {
+                self.unreachable = e.is_unavailable();
+                tracing::warn!(error = %e, queued = self.order.len(), "claiming failed; the queued fires are claimed or caught up when it works again");
+                self.fail_later();
+            }
+        }
+    }
+
+    fn fail_later(&mut self) {
+        self.retry_at = Some(tokio::time::Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// Timer fires that waited past the misfire threshold become catch-ups.
+    fn fold_late(&mut self, now: DateTime<Utc>, reason: MissReason) {
+        let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
+            .unwrap_or(chrono::Duration::seconds(5));
+        for work in self.jobs.values_mut() {
+            if let Some((_, at)) = &work.time
+                && now - *at > threshold
+            {
+                let at = *at;
+                work.time = None;
+                fold(work, at, reason);
+            }
+        }
+    }
+
+    fn fold_all_times(&mut self, reason: MissReason) {
+        for work in self.jobs.values_mut() {
+            if let Some((_, at)) = work.time.take() {
+                fold(work, at, reason);
+            }
+        }
+    }
+
+    fn take_catch_ups(&mut self) -> Vec<(i64, DateTime<Utc>, MissReason)> {
+        let mut batch = Vec::new();
+        for &job_id in &self.order {
+            if batch.len() == BATCH {
+                break;
+            }
+            if let Some(work) = self.jobs.get_mut(&job_id)
+                && let Some((through, reason)) = work.catch_up.take()
+            {
+                batch.push((job_id, through, reason));
+            }
+        }
+        self.forget_done();
+        batch
+    }
+
+    fn take_times(&mut self) -> Vec<(Armed, DateTime<Utc>)> {
+        let mut batch = Vec::new();
+        let room = self.shared.permits.available_permits().min(BATCH);
+        for &job_id in &self.order {
+            if batch.len() >= room {
+                break;
+            }
+            if let Some(work) = self.jobs.get_mut(&job_id)
+                && work.catch_up.is_none()
+                && let Some(time) = work.time.take()
+            {
+                batch.push(time);
+            }
+        }
+        self.forget_done();
+        batch
+    }
+
+    fn forget_done(&mut self) {
+        let jobs = &mut self.jobs;
+        self.order.retain(|id| {
+            let keep = jobs
+                .get(id)
+                .is_some_and(|w| w.catch_up.is_some() || w.time.is_some());
+            if !keep {
+                jobs.remove(id);
+            }
+            keep
+        });
+    }
+
+    fn context(&self) -> ClaimContext<'_> {
+        ClaimContext {
+            instance: &self.shared.config.instance,
+            now: self.shared.clock.now(),
+            running_elsewhere: self
+                .shared
+                .config
+                .cluster
+                .as_ref()
+                .map(|_| texts::SKIP_ELSEWHERE),
+            job_deleted: texts::JOB_DELETED,
+        }
+    }
+
+    /// Claims timer fires. On an error every one of them is queued again.
+    async fn claim_times(&mut self, batch: Vec<(Armed, DateTime<Utc>)>) -> Result<(), StorageError> {
+        let mut slots: Vec<Option<Slot>> = Vec::with_capacity(batch.len());
+        let mut claims = Vec::with_capacity(batch.len());
+        for (armed, at) in &batch {
+            let slot = (!armed.allow_concurrent)
+                .then(|| self.shared.slots.try_take(armed.job_id))
+                .flatten();
+            let first = if !armed.allow_concurrent && slot.is_none() {
+                FirstRun::skipped(texts::SKIP_OVERLAP)
+            } else {
+                FirstRun::running()
+            };
+            slots.push(slot);
+            claims.push(TimeClaim {
+                job_id: armed.job_id,
+                trigger: Trigger::Schedule,
+                first_at: *at,
+                scheduled_at: *at,
+                after: previous_time(&armed.cron, armed.tz, *at),
+                schedule_from: armed.schedule_from,
+                first,
+            });
+        }
+        let outcomes = match self.shared.store.fires().claim_times(&claims, &self.context()).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                for (armed, at) in batch {
+                    self.add(Request::Time { armed, at });
+                }
+                return Err(e);
+            }
+        };
+        for (((armed, at), slot), (claim, outcome)) in batch.into_iter().zip(slots).zip(claims.iter().zip(outcomes)) {
+            match outcome {
+                ClaimOutcome::Claimed(claimed) => self.start(*claimed, slot, None),
+                ClaimOutcome::Taken => {}
+                ClaimOutcome::Stale => {
+                    let _ = self.feedback.send(Feedback::Stale(armed.job_id));
+                }
+                ClaimOutcome::Gap => {
+                    // Earlier times have no record: catch them up, then
+                    // claim this one.
+                    let through = claim.after.unwrap_or(at);
+                    self.add(Request::CatchUp {
+                        job_id: armed.job_id,
+                        through,
+                        reason: MissReason::Downtime,
+                    });
+                    let job_id = armed.job_id;
+                    self.work(job_id).time = Some((armed, at));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records each job's missed times up to its `through` by its misfire
+    /// policy: one skipped record, or one catch-up run.
+    async fn catch_up(&mut self, batch: Vec<(i64, DateTime<Utc>, MissReason)>) -> Result<(), StorageError> {
+        let ids: Vec<i64> = batch.iter().map(|(id, _, _)| *id).collect();
+        let read = async {
+            let jobs = self.shared.store.jobs().get_many(&ids).await?;
+            let tips = self.shared.store.fires().tips(&ids).await?;
+            Ok::<_, StorageError>((jobs, tips))
+        };
+        let (jobs, tips) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                self.requeue_catch_ups(batch);
+                return Err(e);
+            }
+        };
+        let mut claims = Vec::new();
+        let mut notes = Vec::new();
+        let mut asked = Vec::new();
+        for &(job_id, through, reason) in &batch {
+            let Some(job) = jobs.get(&job_id).filter(|j| j.enabled) else {
+                continue;
+            };
+            let Some(cron) = self.cron(&job.cron) else {
+                continue;
+            };
+            let tz = self.shared.zone_of(job.timezone.as_deref());
+            let from = tips.get(&job_id).map_or(job.updated_at, |tip| (*tip).max(job.updated_at));
+            let Some(missed) = missed_between(&cron, tz, from, through) else {
+                continue;
+            };
+            tracing::info!(job = job_id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
+            let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+            let first = if run_once {
+                FirstRun::running()
+            } else {
+                FirstRun::skipped(missed_text(&missed, reason, tz, false))
+            };
+            notes.push(run_once.then(|| missed_text(&missed, reason, tz, true)));
+            asked.push((job_id, through, reason));
+            claims.push(TimeClaim {
+                job_id,
+                trigger: Trigger::Misfire,
+                first_at: missed.first,
+                scheduled_at: missed.last,
+                after: Some(from),
+                schedule_from: job.schedule_from,
+                first,
+            });
+        }
+        if claims.is_empty() {
+            return Ok(());
+        }
+        let outcomes = match self.shared.store.fires().claim_times(&claims, &self.context()).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                self.requeue_catch_ups(asked);
+                return Err(e);
+            }
+        };
+        for ((outcome, note), (job_id, through, reason)) in outcomes.into_iter().zip(notes).zip(asked) {
+            match outcome {
+                ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, note),
+                ClaimOutcome::Taken => {}
+                ClaimOutcome::Stale => {
+                    let _ = self.feedback.send(Feedback::Stale(job_id));
+                }
+                // Another record extended the chain meanwhile: read again.
+                ClaimOutcome::Gap => self.add(Request::CatchUp { job_id, through, reason }),
+            }
+        }
+        Ok(())
+    }
+
+    fn requeue_catch_ups(&mut self, batch: Vec<(i64, DateTime<Utc>, MissReason)>) {
+        for (job_id, through, reason) in batch {
+            self.add(Request::CatchUp {
+                job_id,
+                through,
+                reason,
+            });
+        }
+    }
+
+    /// Takes queued run-once requests while places are free.
+    async fn claim_manual(&mut self) -> Result<(), StorageError> {
+        let room = self.shared.permits.available_permits().min(BATCH);
+        let take = room.min(self.manual.len());
+        if take == 0 {
+            return Ok(());
+        }
+        let ids: Vec<i64> = self.manual.drain(..take).collect();
+        let claims: Vec<ManualClaim> = ids
+            .iter()
+            .map(|&fire_id| ManualClaim {
+                fire_id,
+                first: FirstRun::running(),
+            })
+            .collect();
+        let outcomes = match self.shared.store.fires().claim_manual(&claims, &self.context()).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                for id in ids.into_iter().rev() {
+                    self.manual.push_front(id);
+                }
+                return Err(e);
+            }
+        };
+        for (id, outcome) in ids.into_iter().zip(outcomes) {
+            self.manual_known.remove(&id);
+            if let ClaimOutcome::Claimed(claimed) = outcome {
+                self.start(*claimed, None, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the fire of a claimed run that is to run (a skip or a failure
+    /// decided at the claim is already recorded). A time claim was sized to
+    /// the free places; a catch-up run beyond them waits for one.
+    fn start(&mut self, claimed: Claimed, slot: Option<Slot>, note: Option<String>) {
+        let Some(job) = claimed.job else {
+            return;
+        };
+        if claimed.status != RunStatus::Running {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let permit = Arc::clone(&shared.permits).try_acquire_owned().ok();
+        let stop = self.stop.clone();
+        self.shared.tracker.spawn(async move {
+            let permit = match permit {
+                Some(permit) => permit,
+                None => match Arc::clone(&shared.permits).acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
+            let fire = Fire {
+                shared,
+                job,
+                fire_id: claimed.fire_id,
+                trigger: claimed.trigger,
+                scheduled_at: claimed.scheduled_at,
+                run_id: claimed.run_id,
+                attempt: 1,
+                note,
+                slot,
+                lock: None,
+                _permit: permit,
+            };
+            fire.run(stop).await;
+        });
+    }
+
+    fn cron(&mut self, text: &str) -> Option<Arc<CronExpr>> {
+        if let Some(cron) = self.crons.get(text) {
+            return Some(Arc::clone(cron));
+        }
+        match CronExpr::parse(text) {
+            Ok(cron) => {
+                let cron = Arc::new(cron);
+                self.crons.insert(text.to_string(), Arc::clone(&cron));
+                Some(cron)
+            }
+            Err(e) => {
+                tracing::error!(cron = text, error = %e, "a stored schedule is invalid; its misses are not recorded");
+                None
+            }
+        }
+    }
+}
+
+/// Folds a fire time into the job's catch-up.
+fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
+    work.catch_up = Some(match work.catch_up {
+        Some((earlier, first_reason)) => (earlier.max(through), first_reason),
+        None => (through, reason),
+    });
+}
+
+/// The cron's fire time before `at` (the predecessor of a timer fire).
+fn previous_time(cron: &CronExpr, tz: chrono_tz::Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    cron.last_at_or_before(at - chrono::Duration::milliseconds(1), tz)
+}

@@ -1,0 +1,457 @@
+//! One claimed fire, from its claim to its recorded end: a [`Fire`] owns
+//! what it holds (the permit that bounds fires in flight, the job's local
+//! slot, the cluster lock) as guards, runs the attempts, and after each one
+//! [`decide`] says what is written and what comes next.
+//!
+//! ```text
+//! claimed ─▶ runnable? ─▶ slot ─▶ lock ─▶ attempt ─▶ decide ─▶ record ─┬─▶ done
+//!              │ no        │busy   │held                              ├─▶ retry ─▶ attempt…
+//!              ▼           ▼       ▼                                  └─▶ linger (handler still
+//!            failed     skipped  skipped                                  running: guards kept
+//!                                                                         until it returns)
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use qiwu_domain::params;
+use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
+use serde_json::{Map, Value};
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::task::JoinHandle;
+
+use crate::context::{
+    LogSink, MAX_ERROR_CHARS, RunContext, StopReason, Stopper, cut, output_of, shutting_down,
+    stop_pair,
+};
+use crate::engine::{Shared, TimeoutInfo};
+use crate::handlers::Handler;
+use crate::lease::{LockLease, Slot};
+use crate::texts;
+
+/// A claimed fire and everything it holds.
+pub(crate) struct Fire {
+    pub shared: Arc<Shared>,
+    /// The job as it was when the fire was claimed.
+    pub job: JobRecord,
+    pub fire_id: i64,
+    pub trigger: Trigger,
+    pub scheduled_at: DateTime<Utc>,
+    /// The run row of the current attempt.
+    pub run_id: i64,
+    pub attempt: u32,
+    /// A first log line of the run (what a catch-up stands for).
+    pub note: Option<String>,
+    pub slot: Option<Slot>,
+    pub lock: Option<LockLease>,
+    /// Held for its drop: a place among the fires in flight.
+    pub _permit: OwnedSemaphorePermit,
+}
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The handler returned this value.
+    Returned(String),
+    /// The handler failed with this message.
+    Failed(String),
+    Panicked(String),
+    TimedOut,
+    LockLost,
+    /// The process is stopping; the handler's answer after it was told to
+    /// stop (`Err` when it failed or panicked).
+    Shutdown(Result<String, String>),
+}
+
+/// What is written for an attempt, and whether another one follows.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    pub status: RunStatus,
+    pub output: String,
+    pub error: String,
+    pub retry: bool,
+}
+
+/// Decides an attempt's record from its outcome. `log` is what the handler
+/// wrote; retries follow failures and timeouts while attempts remain, never
+/// a lost lock or a shutdown.
+pub(crate) fn decide(outcome: &Outcome, log: &str, timeout_ms: i64, attempts_left: bool) -> Decision {
+    let with = |status, output: String, error: String, retryable: bool| Decision {
+        status,
+        output,
+        error: cut(&error, MAX_ERROR_CHARS),
+        retry: retryable && attempts_left,
+    };
+    match outcome {
+        Outcome::Returned(value) => with(RunStatus::Success, output_of(log, value), String::new(), false),
+        Outcome::Failed(message) => with(RunStatus::Failed, output_of(log, ""), message.clone(), true),
+        Outcome::Panicked(message) => with(
+            RunStatus::Failed,
+            output_of(log, ""),
+            format!("处理器异常退出 / The handler panicked: {message}"),
+            true,
+        ),
+        Outcome::TimedOut => with(RunStatus::Timeout, output_of(log, ""), texts::timed_out(timeout_ms), true),
+        Outcome::LockLost => with(RunStatus::Failed, output_of(log, ""), texts::LOCK_LOST.to_string(), false),
+        Outcome::Shutdown(Ok(value)) => with(RunStatus::Success, output_of(log, value), String::new(), false),
+        Outcome::Shutdown(Err(message)) => with(
+            RunStatus::Failed,
+            output_of(log, ""),
+            format!("{}\n{message}", texts::REASON_SHUTDOWN),
+            false,
+        ),
+    }
+}
+
+/// The handler of a job that can run, with its checked params.
+type Runnable = (Arc<dyn Handler>, Map<String, Value>);
+
+/// An attempt whose handler may still be running.
+struct Attempt {
+    outcome: Outcome,
+    log: LogSink,
+    started: tokio::time::Instant,
+    started_at: DateTime<Utc>,
+    /// The handler's task, when it has not returned.
+    task: Option<JoinHandle<Result<String, String>>>,
+    stopper: Stopper,
+}
+
+impl Fire {
+    /// Runs the fire to its end and records every attempt.
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        let (handler, params) = match self.runnable() {
+            Ok(ready) => ready,
+            Err(reason) => return self.end_at_once(RunStatus::Failed, "", &reason).await,
+        };
+        if !self.job.allow_concurrent && self.slot.is_none() {
+            match self.shared.slots.try_take(self.job.id) {
+                Some(slot) => self.slot = Some(slot),
+                None => return self.end_at_once(RunStatus::Skipped, texts::SKIP_OVERLAP, "").await,
+            }
+        }
+        if let Err((status, output, error)) = self.take_lock().await {
+            return self.end_at_once(status, output, error).await;
+        }
+        loop {
+            let attempts_left = self.attempt < self.attempts();
+            let mut attempt = self.attempt_once(&handler, &params, &mut stop).await;
+            let decision = decide(&attempt.outcome, &attempt.log.contents(), self.job.timeout_ms, attempts_left);
+            let retry = decision.retry;
+            self.record(&attempt, decision).await;
+            match attempt.outcome {
+                Outcome::TimedOut => {
+                    self.alert_timeout(attempt.started_at).await;
+                    if !self.job.allow_concurrent && !self.wait_for_handler(&mut attempt, &mut stop).await {
+                        return self.linger(attempt.task);
+                    }
+                }
+                Outcome::LockLost => {
+                    if let Some(lock) = &mut self.lock {
+                        lock.keep_until_expiry();
+                    }
+                    return self.linger(attempt.task);
+                }
+                _ => {}
+            }
+            if !retry || !self.pause_before_retry(&mut stop).await || !self.next_attempt(&mut stop).await {
+                return;
+            }
+        }
+    }
+
+    fn attempts(&self) -> u32 {
+        u32::try_from(self.job.retry_count.max(0)).unwrap_or(0) + 1
+    }
+
+    /// The handler and params, or why the job cannot run at all (such runs
+    /// are `failed` and never retried).
+    fn runnable(&self) -> Result<Runnable, String> {
+        let job = &self.job;
+        let Some(descriptor) = self.shared.registry.catalog().get(&job.handler) else {
+            return Err(texts::handler_missing(&job.handler));
+        };
+        let Some(handler) = self.shared.registry.get(&job.handler).cloned() else {
+            return Err(texts::handler_not_here(&job.handler));
+        };
+        let params = params::check(&descriptor.schema, Some(&job.params)).map_err(|errors| {
+            let list = errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field(), e.message(qiwu_domain::Lang::En)))
+                .collect::<Vec<_>>()
+                .join("; ");
+            texts::params_invalid(&list)
+        })?;
+        Ok((handler, params))
+    }
+
+    /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
+    /// is how the claimed run must end instead.
+    async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
+        let Some(cluster) = &self.shared.config.cluster else {
+            return Ok(());
+        };
+        if self.job.allow_concurrent {
+            return Ok(());
+        }
+        match LockLease::acquire(&cluster.coord, self.job.id, &self.shared.config.instance, cluster.lock_ttl).await {
+            Ok(Some(lease)) => {
+                tracing::debug!(job = self.job.id, token = lease.token(), "job lock taken");
+                self.lock = Some(lease);
+                Ok(())
+            }
+            Ok(None) => Err((RunStatus::Skipped, texts::SKIP_ELSEWHERE, "")),
+            Err(e) => {
+                tracing::warn!(job = self.job.id, error = %e, "job lock unavailable");
+                Err((RunStatus::Failed, "", texts::LOCK_UNAVAILABLE))
+            }
+        }
+    }
+
+    /// Runs one attempt until the handler returns, the deadline passes, the
+    /// process stops or the lock is lost.
+    async fn attempt_once(
+        &self,
+        handler: &Arc<dyn Handler>,
+        params: &Map<String, Value>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Attempt {
+        let timeout = (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
+        let started_at = self.shared.clock.now();
+        let (stopper, signal) = stop_pair();
+        let log = LogSink::default();
+        if let Some(note) = &self.note {
+            log.line(note);
+        }
+        let ctx = RunContext {
+            job_id: self.job.id,
+            job_name: self.job.name.clone(),
+            fire_id: self.fire_id,
+            attempt: self.attempt,
+            deadline: timeout
+                .and_then(|t| chrono::Duration::from_std(t).ok())
+                .map(|t| started_at + t),
+            stop: signal,
+            log: log.clone(),
+        };
+        let started = tokio::time::Instant::now();
+        let mut task = tokio::spawn(handler.run(params.clone(), ctx));
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = async {
+            match &self.lock {
+                Some(lock) => lock.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            joined = &mut task => {
+                let outcome = match joined {
+                    Ok(Ok(value)) => Outcome::Returned(value),
+                    Ok(Err(message)) => Outcome::Failed(message),
+                    Err(join) => Outcome::Panicked(join.to_string()),
+                };
+                return Attempt { outcome, log, started, started_at, task: None, stopper };
+            }
+            () = deadline => Outcome::TimedOut,
+            () = lost => Outcome::LockLost,
+            () = shutting_down(stop) => Outcome::Shutdown(Ok(String::new())),
+        };
+        let reason = match outcome {
+            Outcome::TimedOut => StopReason::Timeout,
+            Outcome::LockLost => StopReason::LockLost,
+            _ => StopReason::Shutdown,
+        };
+        stopper.stop(reason);
+        if let Outcome::Shutdown(_) = outcome {
+            // The engine bounds this wait by the grace period.
+            let answer = match task.await {
+                Ok(answer) => answer,
+                Err(join) => Err(join.to_string()),
+            };
+            return Attempt { outcome: Outcome::Shutdown(answer), log, started, started_at, task: None, stopper };
+        }
+        Attempt { outcome, log, started, started_at, task: Some(task), stopper }
+    }
+
+    /// The one place an attempt's end is written.
+    async fn record(&self, attempt: &Attempt, decision: Decision) {
+        let end = RunEnd {
+            status: decision.status,
+            finished_at: self.shared.clock.now(),
+            duration_ms: i64::try_from(attempt.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            output: decision.output,
+            error: decision.error,
+        };
+        self.write_end(end).await;
+    }
+
+    /// Ends the claimed run without running the handler.
+    async fn end_at_once(self, status: RunStatus, output: &str, error: &str) {
+        let end = RunEnd {
+            status,
+            finished_at: self.shared.clock.now(),
+            duration_ms: 0,
+            output: output.to_string(),
+            error: cut(error, MAX_ERROR_CHARS),
+        };
+        self.write_end(end).await;
+    }
+
+    async fn write_end(&self, end: RunEnd) {
+        match self.shared.recorder.record(self.run_id, end).await {
+            Some(EndWritten::Recorded) => {}
+            Some(EndWritten::NoRow) => tracing::error!(
+                job = self.job.id,
+                run = self.run_id,
+                "the run's end matched no open run (closed by someone else, or deleted); its outcome is lost"
+            ),
+            None => tracing::warn!(run = self.run_id, "stopping: the run's end was not written; the shutdown sweep closes it"),
+        }
+    }
+
+    async fn alert_timeout(&self, started_at: DateTime<Utc>) {
+        (self.shared.config.on_timeout)(TimeoutInfo {
+            job_id: self.job.id,
+            job_name: self.job.name.clone(),
+            handler: self.job.handler.clone(),
+            timeout_ms: self.job.timeout_ms,
+            started_at,
+            attempt: self.attempt,
+            timezone: self.shared.zone_of(self.job.timezone.as_deref()),
+        })
+        .await;
+    }
+
+    /// After a timeout, a non-concurrent job keeps its slot and lock until
+    /// the handler really returns. False when the wait was cut short (the
+    /// process stops, or the lock is lost) with the handler still running.
+    async fn wait_for_handler(&mut self, attempt: &mut Attempt, stop: &mut watch::Receiver<bool>) -> bool {
+        enum Waited {
+            Returned,
+            Stopping,
+            LockLost,
+        }
+        let Some(task) = attempt.task.as_mut() else {
+            return true;
+        };
+        let lost = async {
+            match &self.lock {
+                Some(lock) => lock.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let waited = tokio::select! {
+            _ = task => Waited::Returned,
+            () = shutting_down(stop) => Waited::Stopping,
+            () = lost => Waited::LockLost,
+        };
+        match waited {
+            Waited::Returned => {
+                attempt.task = None;
+                true
+            }
+            Waited::Stopping => false,
+            Waited::LockLost => {
+                attempt.stopper.stop(StopReason::LockLost);
+                if let Some(lock) = &mut self.lock {
+                    lock.keep_until_expiry();
+                }
+                false
+            }
+        }
+    }
+
+    /// Keeps the fire's guards until a handler that ignores its stop signal
+    /// really returns, so no later fire of the job overlaps it here.
+    fn linger(self, task: Option<JoinHandle<Result<String, String>>>) {
+        let Some(task) = task else {
+            return;
+        };
+        let tracker = self.shared.tracker.clone();
+        tracker.spawn(async move {
+            let _ = task.await;
+            drop(self);
+        });
+    }
+
+    /// Waits `retryIntervalMs`; false when the fire must end instead.
+    async fn pause_before_retry(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
+        let interval = Duration::from_millis(self.job.retry_interval_ms.max(0) as u64);
+        let lost = async {
+            match &self.lock {
+                Some(lock) => lock.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(interval) => true,
+            () = shutting_down(stop) => false,
+            () = lost => false,
+        }
+    }
+
+    /// Records the next attempt's run row; false when it cannot be written
+    /// before the process stops.
+    async fn next_attempt(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
+        self.attempt += 1;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let start = RunStart {
+                job_id: self.job.id,
+                job_name: &self.job.name,
+                handler: &self.job.handler,
+                trigger: self.trigger,
+                scheduled_at: self.scheduled_at,
+                attempt: self.attempt as i32,
+                instance: &self.shared.config.instance,
+                started_at: self.shared.clock.now(),
+            };
+            match self.shared.store.fires().start_run(self.fire_id, &start).await {
+                Ok(run_id) => {
+                    self.run_id = run_id;
+                    return true;
+                }
+                Err(e) => tracing::error!(job = self.job.id, fire = self.fire_id, error = %e, "cannot record the next attempt; retrying"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = shutting_down(stop) => return false,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_table() {
+        let cases: [(Outcome, bool, RunStatus, bool, &str); 9] = [
+            (Outcome::Returned("ok".into()), true, RunStatus::Success, false, ""),
+            (Outcome::Failed("boom".into()), true, RunStatus::Failed, true, "boom"),
+            (Outcome::Failed("boom".into()), false, RunStatus::Failed, false, "boom"),
+            (Outcome::Panicked("oops".into()), true, RunStatus::Failed, true, "panicked: oops"),
+            (Outcome::TimedOut, true, RunStatus::Timeout, true, "300 ms"),
+            (Outcome::TimedOut, false, RunStatus::Timeout, false, "300 ms"),
+            (Outcome::LockLost, true, RunStatus::Failed, false, "lock renewal"),
+            (Outcome::Shutdown(Ok("done".into())), true, RunStatus::Success, false, ""),
+            (Outcome::Shutdown(Err("cut".into())), true, RunStatus::Failed, false, "shut down"),
+        ];
+        for (outcome, attempts_left, status, retry, error) in cases {
+            let d = decide(&outcome, "line\n", 300, attempts_left);
+            assert_eq!((d.status, d.retry), (status, retry), "{outcome:?}");
+            assert!(d.error.contains(error), "{outcome:?}: {}", d.error);
+            assert!(d.output.starts_with("line\n"), "{outcome:?}: {}", d.output);
+        }
+        let long = "x".repeat(MAX_ERROR_CHARS + 10);
+        assert_eq!(decide(&Outcome::Failed(long), "", 0, false).error.chars().count(), MAX_ERROR_CHARS);
+    }
+}

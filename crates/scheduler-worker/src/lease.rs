@@ -1,0 +1,150 @@
+//! What a fire holds while it runs, as guards released on every path: the
+//! job's local non-concurrency slot, and in a cluster the job's Redis lock
+//! with its renewal.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use qiwu_storage::{Coord, JobLock, StorageError};
+use tokio::sync::watch;
+
+/// The non-concurrent jobs executing in this process.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Slots(Arc<Mutex<HashSet<i64>>>);
+
+/// A job's local slot; dropping it frees the slot.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    slots: Slots,
+    job_id: i64,
+}
+
+impl Slots {
+    /// Takes the job's slot, or `None` while a fire of it still runs here.
+    pub(crate) fn try_take(&self, job_id: i64) -> Option<Slot> {
+        let mut busy = self.0.lock().ok()?;
+        busy.insert(job_id).then(|| Slot {
+            slots: self.clone(),
+            job_id,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Ok(mut busy) = self.slots.0.lock() {
+            busy.remove(&self.job_id);
+        }
+    }
+}
+
+/// A held cluster lock, renewed every third of its TTL. Dropping it stops
+/// the renewal and releases the lock, unless [`LockLease::keep_until_expiry`]
+/// said otherwise.
+pub(crate) struct LockLease {
+    coord: Coord,
+    lock: JobLock,
+    renewal: tokio::task::JoinHandle<()>,
+    lost: watch::Receiver<bool>,
+    release: bool,
+}
+
+impl LockLease {
+    /// Takes the job's lock. `Ok(None)` while another instance holds it: a
+    /// holder that is just ending releases it within moments, so a few
+    /// short retries come first.
+    pub(crate) async fn acquire(
+        coord: &Coord,
+        job_id: i64,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<LockLease>, StorageError> {
+        for wait in [50, 100, 200, 0] {
+            if let Some(lock) = coord.try_lock(job_id, instance, ttl).await? {
+                let (lost_tx, lost) = watch::channel(false);
+                let renewal = tokio::spawn(renew(coord.clone(), lock.clone(), ttl, lost_tx));
+                return Ok(Some(LockLease {
+                    coord: coord.clone(),
+                    lock,
+                    renewal,
+                    lost,
+                    release: true,
+                }));
+            }
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Resolves once a renewal was not confirmed: the lock must count as
+    /// lost before its TTL could run out.
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|l| *l).await;
+    }
+
+    /// Leaves the lock to expire instead of releasing it: if it is still
+    /// ours (Redis errors rather than expiry), freeing it would let another
+    /// instance overlap a handler that ignores its stop signal.
+    pub(crate) fn keep_until_expiry(&mut self) {
+        self.release = false;
+    }
+
+    pub(crate) fn token(&self) -> i64 {
+        self.lock.token
+    }
+}
+
+impl Drop for LockLease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+        if !self.release {
+            return;
+        }
+        let (coord, lock) = (self.coord.clone(), self.lock.clone());
+        // Releasing needs a round trip; outside a runtime (process exit)
+        // the lock simply expires.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = coord.release(&lock).await {
+                    tracing::warn!(job = lock.job_id, error = %e, "cannot release the job lock; it expires by itself");
+                }
+            });
+        }
+    }
+}
+
+/// Renews the lock every third of its TTL; flips `lost` when a renewal is
+/// not confirmed.
+async fn renew(coord: Coord, lock: JobLock, ttl: Duration, lost: watch::Sender<bool>) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        match coord.renew(&lock, ttl).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => {
+                tracing::error!(job = lock.job_id, token = lock.token, "job lock lost");
+                let _ = lost.send(true);
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_taken_once_and_freed_on_drop() {
+        let slots = Slots::default();
+        let first = slots.try_take(7);
+        assert!(first.is_some());
+        assert!(slots.try_take(7).is_none());
+        assert!(slots.try_take(8).is_some());
+        drop(first);
+        assert!(slots.try_take(7).is_some());
+    }
+}

@@ -1,0 +1,506 @@
+//! Claims, in batches: the fire times of many jobs (or many run-once
+//! requests) are decided by one transaction, each by the ledger's unique
+//! keys, together with their first run rows and the settings each fire runs
+//! with.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::{NotSet, Set};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QuerySelect,
+    Value,
+};
+
+use super::sql::Sql;
+use super::{LANE_MANUAL, LANE_SCHEDULE, RunStatus, Trigger, jobs_by_id, storable};
+use crate::entity::{fire, run};
+use crate::store::Backend;
+use crate::timestamp::{from_millis, to_millis};
+use crate::{JobRecord, StorageError};
+
+/// Most claims per statement: well under every backend's bind limit.
+pub(crate) const MAX_BATCH: usize = 200;
+
+/// What the first run row of a fire says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstRun {
+    /// `Running`, or a final status decided before the claim (a skip, a
+    /// catch-up recorded by the `skip` policy).
+    pub status: RunStatus,
+    pub output: String,
+    pub error: String,
+}
+
+impl FirstRun {
+    pub fn running() -> FirstRun {
+        FirstRun {
+            status: RunStatus::Running,
+            output: String::new(),
+            error: String::new(),
+        }
+    }
+
+    pub fn skipped(output: impl Into<String>) -> FirstRun {
+        FirstRun {
+            status: RunStatus::Skipped,
+            output: output.into(),
+            error: String::new(),
+        }
+    }
+}
+
+/// One record on a job's schedule: a timer fire (`first_at ==
+/// scheduled_at`), or a catch-up covering `first_at ..= scheduled_at`.
+#[derive(Debug, Clone)]
+pub struct TimeClaim {
+    pub job_id: i64,
+    pub trigger: Trigger,
+    pub first_at: DateTime<Utc>,
+    pub scheduled_at: DateTime<Utc>,
+    /// The fire time this record follows: the cron's previous time for a
+    /// timer fire, the chain's tip for a catch-up. The job's last change
+    /// takes its place when it is later (a new chain starts at each change).
+    pub after: Option<DateTime<Utc>>,
+    /// The schedule the claimer armed (`JobRecord::schedule_from`).
+    pub schedule_from: DateTime<Utc>,
+    pub first: FirstRun,
+}
+
+/// A run-once request to take.
+#[derive(Debug, Clone)]
+pub struct ManualClaim {
+    pub fire_id: i64,
+    pub first: FirstRun,
+}
+
+/// Texts and facts a batch of claims needs.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimContext<'a> {
+    pub instance: &'a str,
+    pub now: DateTime<Utc>,
+    /// When set, a non-concurrent job that already has a run `running`
+    /// anywhere is recorded `skipped` with this output instead.
+    pub running_elsewhere: Option<&'a str>,
+    /// The error of a run-once request whose job was deleted meanwhile.
+    pub job_deleted: &'a str,
+}
+
+/// A fire this instance now owns.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub fire_id: i64,
+    pub run_id: i64,
+    pub trigger: Trigger,
+    pub scheduled_at: DateTime<Utc>,
+    /// The first run's status as written: the claim's, or `Skipped` (or
+    /// `Failed` for a deleted job) when decided here.
+    pub status: RunStatus,
+    /// The job as it was at the claim; `None` when it was deleted.
+    pub job: Option<JobRecord>,
+}
+
+/// What became of one claim.
+#[derive(Debug, Clone)]
+pub enum ClaimOutcome {
+    Claimed(Box<Claimed>),
+    /// Another record already covers this time (another instance won).
+    Taken,
+    /// The job is gone, disabled, or its schedule changed since it was
+    /// armed: nothing is recorded and the caller re-reads the job.
+    Stale,
+    /// Earlier fire times of the job have no record: they must be recorded
+    /// (by the misfire policy) before this one can be claimed.
+    Gap,
+}
+
+/// A fire row just taken, before its first run is written.
+struct TakenFire {
+    fire_id: i64,
+    job_id: i64,
+    scheduled_at: i64,
+    trigger: Trigger,
+    /// Index of the claim it answers.
+    index: usize,
+}
+
+impl FireRepo<'_> {
+    /// Claims fire times on the jobs' schedules. Each claim needs its job
+    /// enabled at the armed schedule, a time after that schedule began, and
+    /// its predecessor recorded; the unique keys let one instance win. At
+    /// most one claim per job in a batch. The outcomes are in claim order.
+    pub async fn claim_times(
+        &self,
+        claims: &[TimeClaim],
+        ctx: &ClaimContext<'_>,
+    ) -> Result<Vec<ClaimOutcome>, StorageError> {
+        let mut outcomes = Vec::with_capacity(claims.len());
+        for chunk in claims.chunks(MAX_BATCH) {
+            let mut claimed = retry_deadlock(|| self.claim_times_once(chunk, ctx)).await?;
+            let missing: Vec<usize> = (0..chunk.len())
+                .filter(|i| !claimed.contains_key(i))
+                .collect();
+            let mut why = self.why_not_claimed(chunk, &missing).await?;
+            for i in 0..chunk.len() {
+                outcomes.push(match claimed.remove(&i) {
+                    Some(c) => ClaimOutcome::Claimed(Box::new(c)),
+                    None => why.remove(&i).unwrap_or(ClaimOutcome::Taken),
+                });
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn claim_times_once(
+        &self,
+        claims: &[TimeClaim],
+        ctx: &ClaimContext<'_>,
+    ) -> Result<HashMap<usize, Claimed>, StorageError> {
+        let backend = self.store.backend();
+        let txn = self.store.begin_claim().await?;
+        let mut order: Vec<usize> = (0..claims.len()).collect();
+        // One order for every instance: concurrent batches lock keys alike.
+        order.sort_by_key(|&i| claims[i].job_id);
+        let rows = order
+            .iter()
+            .map(|&i| {
+                let c = &claims[i];
+                vec![
+                    Value::from(c.job_id),
+                    Value::from(c.trigger.as_str()),
+                    Value::from(to_millis(c.first_at)),
+                    Value::from(to_millis(c.scheduled_at)),
+                    Value::from(c.after.map(to_millis)),
+                    Value::from(to_millis(c.schedule_from)),
+                ]
+            })
+            .collect();
+        let mut sql = Sql::new(backend);
+        sql.push(match backend {
+            Backend::MySql => "INSERT IGNORE INTO fires ",
+            _ => "INSERT INTO fires ",
+        })
+        .push(
+            "(job_id, lane, \"trigger\", prev_at, first_at, scheduled_at, state, claimed_by, claimed_at, created_at) \
+             SELECT c.job_id, ",
+        )
+        .param(LANE_SCHEDULE)
+        .push(", c.trig, c.prev, c.first_at, c.at, 'claimed', ")
+        .param(ctx.instance)
+        .push(", ")
+        .param(to_millis(ctx.now))
+        .push(", ")
+        .param(to_millis(ctx.now))
+        // The chain: a record follows the job's last change when that is
+        // later than the time it names, and needs its predecessor recorded.
+        .push(
+            " FROM (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
+             CASE WHEN u.after IS NULL THEN j.updated_at \
+                  WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
+                  ELSE u.after END AS prev FROM ",
+        )
+        .rows(
+            &["job_id", "trig", "first_at", "at", "after", "armed"],
+            rows,
+            "u",
+        )
+        .push(
+            " JOIN jobs j ON j.id = u.job_id \
+             WHERE j.enabled AND j.schedule_from = u.armed AND u.first_at > j.schedule_from) c \
+             WHERE (c.prev = c.anchor OR EXISTS (SELECT 1 FROM fires p \
+               WHERE p.job_id = c.job_id AND p.lane = ",
+        )
+        .param(LANE_SCHEDULE)
+        .push(" AND p.scheduled_at = c.prev)) ORDER BY c.job_id");
+        let inserted: Vec<(i64, i64, i64)> = match backend {
+            Backend::MySql => {
+                txn.execute_raw(sql.statement()).await?;
+                fire::Entity::find()
+                    .select_only()
+                    .column(fire::Column::Id)
+                    .column(fire::Column::JobId)
+                    .column(fire::Column::ScheduledAt)
+                    .filter(fire::Column::Lane.eq(LANE_SCHEDULE))
+                    .filter(fire::Column::ClaimedBy.eq(ctx.instance))
+                    .filter(fire::Column::ClaimedAt.eq(to_millis(ctx.now)))
+                    .filter(fire::Column::JobId.is_in(claims.iter().map(|c| c.job_id)))
+                    .into_tuple()
+                    .all(&txn)
+                    .await?
+            }
+            Backend::Postgres | Backend::Sqlite => {
+                sql.push(" ON CONFLICT DO NOTHING RETURNING id, job_id, scheduled_at");
+                let rows = txn.query_all_raw(sql.statement()).await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok((
+                            r.try_get::<i64>("", "id")?,
+                            r.try_get::<i64>("", "job_id")?,
+                            r.try_get::<i64>("", "scheduled_at")?,
+                        ))
+                    })
+                    .collect::<Result<_, StorageError>>()?
+            }
+        };
+        let by_job: HashMap<i64, usize> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.job_id, i))
+            .collect();
+        let taken: Vec<TakenFire> = inserted
+            .into_iter()
+            .filter_map(|(fire_id, job_id, at)| {
+                let index = *by_job.get(&job_id)?;
+                (to_millis(claims[index].scheduled_at) == at).then_some(TakenFire {
+                    fire_id,
+                    job_id,
+                    scheduled_at: at,
+                    trigger: claims[index].trigger,
+                    index,
+                })
+            })
+            .collect();
+        let firsts: Vec<&FirstRun> = claims.iter().map(|c| &c.first).collect();
+        let claimed = record_first_runs(&txn, taken, &firsts, ctx).await?;
+        txn.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Why the claims at `missing` did not land: the job changed (stale),
+    /// a record already covers the time (taken), or the chain has a hole.
+    async fn why_not_claimed(
+        &self,
+        claims: &[TimeClaim],
+        missing: &[usize],
+    ) -> Result<HashMap<usize, ClaimOutcome>, StorageError> {
+        if missing.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let ids: Vec<i64> = missing.iter().map(|&i| claims[i].job_id).collect();
+        let jobs = jobs_by_id(self.store.connection(), &ids).await?;
+        let tips = self.tips(&ids).await?;
+        let mut out = HashMap::with_capacity(missing.len());
+        for &i in missing {
+            let claim = &claims[i];
+            let outcome = match jobs.get(&claim.job_id) {
+                Some(job)
+                    if job.enabled
+                        && job.schedule_from == claim.schedule_from
+                        && claim.first_at > job.schedule_from =>
+                {
+                    match tips.get(&claim.job_id) {
+                        Some(tip) if *tip >= claim.scheduled_at => ClaimOutcome::Taken,
+                        _ => ClaimOutcome::Gap,
+                    }
+                }
+                _ => ClaimOutcome::Stale,
+            };
+            out.insert(i, outcome);
+        }
+        Ok(out)
+    }
+
+    /// Takes pending run-once requests. The outcomes are in claim order:
+    /// `Claimed` (with `job: None` and a failed run when the job was
+    /// deleted), or `Taken` when another instance took it first.
+    pub async fn claim_manual(
+        &self,
+        claims: &[ManualClaim],
+        ctx: &ClaimContext<'_>,
+    ) -> Result<Vec<ClaimOutcome>, StorageError> {
+        let mut outcomes = Vec::with_capacity(claims.len());
+        for chunk in claims.chunks(MAX_BATCH) {
+            let mut claimed = retry_deadlock(|| self.claim_manual_once(chunk, ctx)).await?;
+            for i in 0..chunk.len() {
+                outcomes.push(match claimed.remove(&i) {
+                    Some(c) => ClaimOutcome::Claimed(Box::new(c)),
+                    None => ClaimOutcome::Taken,
+                });
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn claim_manual_once(
+        &self,
+        claims: &[ManualClaim],
+        ctx: &ClaimContext<'_>,
+    ) -> Result<HashMap<usize, Claimed>, StorageError> {
+        let txn = self.store.begin_claim().await?;
+        let ids: Vec<i64> = claims.iter().map(|c| c.fire_id).collect();
+        let now = to_millis(ctx.now);
+        fire::Entity::update_many()
+            .col_expr(fire::Column::State, "claimed".into())
+            .col_expr(fire::Column::ClaimedBy, Some(ctx.instance.to_string()).into())
+            .col_expr(fire::Column::ClaimedAt, Some(now).into())
+            .filter(fire::Column::Id.is_in(ids.iter().copied()))
+            .filter(fire::Column::State.eq("pending"))
+            .exec(&txn)
+            .await?;
+        let rows: Vec<(i64, i64, i64)> = fire::Entity::find()
+            .select_only()
+            .column(fire::Column::Id)
+            .column(fire::Column::JobId)
+            .column(fire::Column::ScheduledAt)
+            .filter(fire::Column::Id.is_in(ids.iter().copied()))
+            .filter(fire::Column::Lane.eq(LANE_MANUAL))
+            .filter(fire::Column::ClaimedBy.eq(ctx.instance))
+            .filter(fire::Column::ClaimedAt.eq(now))
+            .into_tuple()
+            .all(&txn)
+            .await?;
+        let index: HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let taken = rows
+            .into_iter()
+            .filter_map(|(fire_id, job_id, at)| {
+                Some(TakenFire {
+                    fire_id,
+                    job_id,
+                    scheduled_at: at,
+                    trigger: Trigger::Manual,
+                    index: *index.get(&fire_id)?,
+                })
+            })
+            .collect();
+        let firsts: Vec<&FirstRun> = claims.iter().map(|c| &c.first).collect();
+        let claimed = record_first_runs(&txn, taken, &firsts, ctx).await?;
+        txn.commit().await?;
+        Ok(claimed)
+    }
+}
+
+use super::FireRepo;
+
+/// Writes the first run of each fire just taken, in the claim's
+/// transaction, and reads the settings each fire runs with.
+async fn record_first_runs(
+    txn: &DatabaseTransaction,
+    taken: Vec<TakenFire>,
+    firsts: &[&FirstRun],
+    ctx: &ClaimContext<'_>,
+) -> Result<HashMap<usize, Claimed>, StorageError> {
+    if taken.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let job_ids: Vec<i64> = taken.iter().map(|t| t.job_id).collect();
+    let jobs = jobs_by_id(txn, &job_ids).await?;
+    let busy = match ctx.running_elsewhere {
+        Some(_) => {
+            let guarded: Vec<i64> = taken
+                .iter()
+                .filter(|t| firsts[t.index].status == RunStatus::Running)
+                .filter(|t| jobs.get(&t.job_id).is_some_and(|j| !j.allow_concurrent))
+                .map(|t| t.job_id)
+                .collect();
+            running_jobs(txn, &guarded).await?
+        }
+        None => HashSet::new(),
+    };
+    let now = to_millis(ctx.now);
+    let mut statuses = Vec::with_capacity(taken.len());
+    let mut models = Vec::with_capacity(taken.len());
+    for t in &taken {
+        let job = jobs.get(&t.job_id);
+        let asked = firsts[t.index];
+        let (status, output, error) = match job {
+            None => (RunStatus::Failed, String::new(), ctx.job_deleted.to_string()),
+            Some(_) if asked.status == RunStatus::Running && busy.contains(&t.job_id) => (
+                RunStatus::Skipped,
+                ctx.running_elsewhere.unwrap_or_default().to_string(),
+                String::new(),
+            ),
+            Some(_) => (asked.status, asked.output.clone(), asked.error.clone()),
+        };
+        let finished = status != RunStatus::Running;
+        statuses.push(status);
+        models.push(run::ActiveModel {
+            id: NotSet,
+            fire_id: Set(t.fire_id),
+            job_id: Set(t.job_id),
+            job_name: Set(job.map(|j| storable(&j.name).into_owned()).unwrap_or_default()),
+            handler: Set(job.map(|j| j.handler.clone()).unwrap_or_default()),
+            trigger: Set(t.trigger.as_str().to_string()),
+            scheduled_at: Set(t.scheduled_at),
+            attempt: Set(1),
+            status: Set(status.as_str().to_string()),
+            started_at: Set(now),
+            finished_at: Set(finished.then_some(now)),
+            duration_ms: Set(finished.then_some(0)),
+            instance: Set(ctx.instance.to_string()),
+            output: Set(storable(&output).into_owned()),
+            error: Set(storable(&error).into_owned()),
+            swept_at: Set(None),
+            deleted_at: Set(None),
+        });
+    }
+    run::Entity::insert_many(models).exec(txn).await?;
+    let fire_ids: Vec<i64> = taken.iter().map(|t| t.fire_id).collect();
+    let run_ids: HashMap<i64, i64> = run::Entity::find()
+        .select_only()
+        .column(run::Column::FireId)
+        .column(run::Column::Id)
+        .filter(run::Column::FireId.is_in(fire_ids))
+        .filter(run::Column::Attempt.eq(1))
+        .into_tuple::<(i64, i64)>()
+        .all(txn)
+        .await?
+        .into_iter()
+        .collect();
+    let mut out = HashMap::with_capacity(taken.len());
+    for (t, status) in taken.into_iter().zip(statuses) {
+        let run_id = *run_ids.get(&t.fire_id).ok_or_else(|| {
+            StorageError::Corrupt(format!("the first run of fire {} vanished", t.fire_id))
+        })?;
+        out.insert(
+            t.index,
+            Claimed {
+                fire_id: t.fire_id,
+                run_id,
+                trigger: t.trigger,
+                scheduled_at: from_millis(t.scheduled_at)?,
+                status,
+                job: jobs.get(&t.job_id).cloned(),
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// The jobs among `ids` with a run `running` anywhere.
+async fn running_jobs<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+) -> Result<HashSet<i64>, StorageError> {
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows: Vec<i64> = run::Entity::find()
+        .select_only()
+        .column(run::Column::JobId)
+        .distinct()
+        .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+        .filter(run::Column::JobId.is_in(ids.iter().copied()))
+        .into_tuple()
+        .all(db)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Runs a claim transaction again when the database broke a deadlock
+/// between two instances' batches by aborting ours.
+async fn retry_deadlock<T, F, Fut>(mut attempt: F) -> Result<T, StorageError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StorageError>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if tries < 3 && e.is_deadlock() => {
+                tries += 1;
+                tracing::debug!(error = %e, tries, "claim batch deadlocked; trying again");
+            }
+            other => return other,
+        }
+    }
+}

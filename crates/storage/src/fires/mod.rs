@@ -1,0 +1,370 @@
+//! The fire ledger and the run writes of the execution engine.
+//!
+//! Every fire time of a job's schedule is covered by exactly one `fires`
+//! record, whoever writes it. The records of a job form a chain: each one
+//! names the fire time it follows (`prev_at`: the previous fire time, or the
+//! job's last change), and `UNIQUE(job_id, lane, prev_at)` lets only one
+//! record extend the chain from a given point. A claim also requires its
+//! predecessor to be recorded, so a time after a hole is never claimed as if
+//! the hole were not there: the claimer learns of the [`ClaimOutcome::Gap`]
+//! and records the missed times by the job's misfire policy first. Run-once
+//! requests live in a lane of their own and are taken from `pending`.
+//!
+//! The first run row is written in the same transaction as its claim, and
+//! the job's settings at that moment are read there too: a fire runs with
+//! the job as it is when claimed.
+
+mod claim;
+mod ends;
+mod sql;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::ActiveValue::{NotSet, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+
+use crate::entity::{fire, run};
+use crate::error::is_unique_violation;
+use crate::timestamp::{from_millis, to_millis};
+use crate::{JobRecord, StorageError, Store};
+
+pub use claim::{ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, TimeClaim};
+pub use ends::{END_WRITE_FALLBACK, EndWritten};
+
+/// A run's status in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunStatus {
+    Running,
+    Success,
+    Failed,
+    Skipped,
+    Timeout,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Success => "success",
+            RunStatus::Failed => "failed",
+            RunStatus::Skipped => "skipped",
+            RunStatus::Timeout => "timeout",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        Some(match text {
+            "running" => RunStatus::Running,
+            "success" => RunStatus::Success,
+            "failed" => RunStatus::Failed,
+            "skipped" => RunStatus::Skipped,
+            "timeout" => RunStatus::Timeout,
+            _ => return None,
+        })
+    }
+}
+
+/// What caused a fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Trigger {
+    Schedule,
+    Manual,
+    Misfire,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Misfire => "misfire",
+        }
+    }
+}
+
+/// The lane of the job's schedule (timer fires and catch-ups).
+pub(crate) const LANE_SCHEDULE: i16 = 0;
+/// The lane of run-once requests.
+pub(crate) const LANE_MANUAL: i16 = 1;
+
+/// The run row of a further attempt of a fire already claimed.
+#[derive(Debug, Clone)]
+pub struct RunStart<'a> {
+    pub job_id: i64,
+    pub job_name: &'a str,
+    pub handler: &'a str,
+    pub trigger: Trigger,
+    pub scheduled_at: DateTime<Utc>,
+    pub attempt: i32,
+    pub instance: &'a str,
+    pub started_at: DateTime<Utc>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEnd {
+    pub status: RunStatus,
+    pub finished_at: DateTime<Utc>,
+    /// Measured by the executor on a monotonic clock.
+    pub duration_ms: i64,
+    pub output: String,
+    pub error: String,
+}
+
+/// A fire waiting for an instance ("run once" requests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingFire {
+    pub id: i64,
+    pub job_id: i64,
+    pub scheduled_at: DateTime<Utc>,
+}
+
+/// Text every database stores: PostgreSQL refuses U+0000 in `text`, so it
+/// becomes U+FFFD. (Rust strings are valid UTF-8, so no lone surrogate can
+/// reach a database.)
+pub fn storable(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(text.replace('\0', "\u{FFFD}"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// Fires and the run rows the engine writes.
+pub struct FireRepo<'a> {
+    store: &'a Store,
+}
+
+impl Store {
+    pub fn fires(&self) -> FireRepo<'_> {
+        FireRepo { store: self }
+    }
+}
+
+impl FireRepo<'_> {
+    /// Records a further attempt of a fire already claimed, `running`.
+    pub async fn start_run(&self, fire_id: i64, start: &RunStart<'_>) -> Result<i64, StorageError> {
+        let started = to_millis(start.started_at);
+        let model = run::ActiveModel {
+            id: NotSet,
+            fire_id: Set(fire_id),
+            job_id: Set(start.job_id),
+            job_name: Set(storable(start.job_name).into_owned()),
+            handler: Set(start.handler.to_string()),
+            trigger: Set(start.trigger.as_str().to_string()),
+            scheduled_at: Set(to_millis(start.scheduled_at)),
+            attempt: Set(start.attempt),
+            status: Set(RunStatus::Running.as_str().to_string()),
+            started_at: Set(started),
+            finished_at: Set(None),
+            duration_ms: Set(None),
+            instance: Set(start.instance.to_string()),
+            output: Set(String::new()),
+            error: Set(String::new()),
+            swept_at: Set(None),
+            deleted_at: Set(None),
+        };
+        Ok(model.insert(self.store.connection()).await?.id)
+    }
+
+    /// Queues a "run once" request as a pending manual fire. Two requests in
+    /// the same millisecond get distinct times so both are kept.
+    pub async fn create_manual(
+        &self,
+        job_id: i64,
+        now: DateTime<Utc>,
+    ) -> Result<i64, StorageError> {
+        let mut at = to_millis(now);
+        for _ in 0..100 {
+            let model = fire::ActiveModel {
+                id: NotSet,
+                job_id: Set(job_id),
+                trigger: Set(Trigger::Manual.as_str().to_string()),
+                lane: Set(LANE_MANUAL),
+                prev_at: Set(None),
+                first_at: Set(Some(at)),
+                scheduled_at: Set(at),
+                state: Set("pending".to_string()),
+                claimed_by: Set(None),
+                claimed_at: Set(None),
+                created_at: Set(to_millis(now)),
+            };
+            match model.insert(self.store.connection()).await {
+                Ok(fire) => return Ok(fire.id),
+                Err(e) if is_unique_violation(&e) => at += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StorageError::Corrupt(format!(
+            "cannot find a free millisecond for a manual fire of job {job_id}"
+        )))
+    }
+
+    /// One fire, if it is still pending.
+    pub async fn pending_by_id(&self, fire_id: i64) -> Result<Option<PendingFire>, StorageError> {
+        let row = fire::Entity::find_by_id(fire_id)
+            .filter(fire::Column::State.eq("pending"))
+            .one(self.store.connection())
+            .await?;
+        row.map(pending_fire).transpose()
+    }
+
+    /// Pending fires, oldest first.
+    pub async fn pending(&self, limit: u64) -> Result<Vec<PendingFire>, StorageError> {
+        let rows = fire::Entity::find()
+            .filter(fire::Column::State.eq("pending"))
+            .order_by_asc(fire::Column::Id)
+            .limit(limit)
+            .all(self.store.connection())
+            .await?;
+        rows.into_iter().map(pending_fire).collect()
+    }
+
+    /// The latest fire time recorded on each job's schedule (the tip of its
+    /// chain), for the jobs that have one. One indexed look per job.
+    pub async fn tips(
+        &self,
+        job_ids: &[i64],
+    ) -> Result<HashMap<i64, DateTime<Utc>>, StorageError> {
+        let mut out = HashMap::with_capacity(job_ids.len());
+        for chunk in job_ids.chunks(claim::MAX_BATCH) {
+            let mut sql = sql::Sql::new(self.store.backend());
+            sql.push(
+                "SELECT j.id AS id, (SELECT f.scheduled_at FROM fires f \
+                 WHERE f.job_id = j.id AND f.lane = ",
+            )
+            .param(LANE_SCHEDULE)
+            .push(" ORDER BY f.scheduled_at DESC LIMIT 1) AS tip FROM jobs j WHERE j.id IN ")
+            .list(chunk.iter().copied());
+            let rows = self
+                .store
+                .connection()
+                .query_all_raw(sql.statement())
+                .await?;
+            for row in rows {
+                let id: i64 = row.try_get("", "id")?;
+                if let Some(tip) = row.try_get::<Option<i64>>("", "tip")? {
+                    out.insert(id, from_millis(tip)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Closes runs left `running` by instances that are gone: the given
+    /// instances, or every instance when `instances` is `None`. `swept`
+    /// marks them closed by another instance, so a real end that still
+    /// comes overwrites the verdict.
+    pub async fn close_running(
+        &self,
+        instances: Option<&[String]>,
+        reason: &str,
+        now: DateTime<Utc>,
+        swept: bool,
+    ) -> Result<u64, StorageError> {
+        let now = to_millis(now);
+        let mut query = run::Entity::update_many()
+            .col_expr(run::Column::Status, RunStatus::Failed.as_str().into())
+            .col_expr(run::Column::FinishedAt, Some(now).into())
+            .col_expr(run::Column::Error, reason.to_string().into())
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()));
+        if swept {
+            query = query.col_expr(run::Column::SweptAt, Some(now).into());
+        }
+        if let Some(instances) = instances {
+            query = query.filter(run::Column::Instance.is_in(instances.iter().cloned()));
+        }
+        Ok(query.exec(self.store.connection()).await?.rows_affected)
+    }
+
+    /// Closes `running` runs whose instance is not among `live` and that
+    /// started before `started_before`: left by a process that is gone
+    /// without a heart-beat row (a crash after unregistering, say).
+    pub async fn close_orphans(
+        &self,
+        live: &[String],
+        started_before: DateTime<Utc>,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StorageError> {
+        let now = to_millis(now);
+        let result = run::Entity::update_many()
+            .col_expr(run::Column::Status, RunStatus::Failed.as_str().into())
+            .col_expr(run::Column::FinishedAt, Some(now).into())
+            .col_expr(run::Column::Error, reason.to_string().into())
+            .col_expr(run::Column::SweptAt, Some(now).into())
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Instance.is_not_in(live.iter().cloned()))
+            .filter(run::Column::StartedAt.lt(to_millis(started_before)))
+            .exec(self.store.connection())
+            .await?;
+        Ok(result.rows_affected)
+    }
+
+    /// The (attempt, status) of every run of a fire, by attempt.
+    pub async fn runs_of_fire(&self, fire_id: i64) -> Result<Vec<(i32, String)>, StorageError> {
+        Ok(run::Entity::find()
+            .select_only()
+            .column(run::Column::Attempt)
+            .column(run::Column::Status)
+            .filter(run::Column::FireId.eq(fire_id))
+            .order_by_asc(run::Column::Attempt)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?)
+    }
+
+    /// How many run-once requests of a job are still waiting.
+    pub async fn pending_count(&self, job_id: i64) -> Result<u64, StorageError> {
+        use sea_orm::PaginatorTrait;
+        Ok(fire::Entity::find()
+            .filter(fire::Column::JobId.eq(job_id))
+            .filter(fire::Column::State.eq("pending"))
+            .count(self.store.connection())
+            .await?)
+    }
+}
+
+fn pending_fire(f: fire::Model) -> Result<PendingFire, StorageError> {
+    Ok(PendingFire {
+        id: f.id,
+        job_id: f.job_id,
+        scheduled_at: from_millis(f.scheduled_at)?,
+    })
+}
+
+/// Reads jobs by id (the settings a claimed fire runs with).
+pub(crate) async fn jobs_by_id<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+) -> Result<HashMap<i64, JobRecord>, StorageError> {
+    use crate::entity::job;
+    let mut out = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(claim::MAX_BATCH) {
+        let rows = job::Entity::find()
+            .filter(job::Column::Id.is_in(chunk.iter().copied()))
+            .all(db)
+            .await?;
+        for row in rows {
+            let record = JobRecord::try_from(row)?;
+            out.insert(record.id, record);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storable_text() {
+        assert_eq!(storable("a\0b"), "a\u{FFFD}b");
+        assert!(matches!(storable("plain 文字"), Cow::Borrowed(_)));
+    }
+}
