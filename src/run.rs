@@ -115,12 +115,14 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         // Workers never migrate (several starting at once would race), and
         // they start without the database: the engine waits for it and for
         // the schema, and `/readyz` says what it waits for.
-        Store::open_lazy(&config.database_url).await.with_context(|| {
-            format!(
-                "invalid QIWU_DATABASE_URL ({})",
-                redact(&config.database_url)
-            )
-        })?
+        Store::open_lazy(&config.database_url)
+            .await
+            .with_context(|| {
+                format!(
+                    "invalid QIWU_DATABASE_URL ({})",
+                    redact(&config.database_url)
+                )
+            })?
     } else {
         open_store(&config).await?
     };

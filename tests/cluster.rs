@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -182,40 +182,25 @@ async fn all_runs(store: &qiwu_storage::Store) -> Vec<run::Model> {
         .expect("read runs")
 }
 
-/// Asserts the guarantees over the whole run log.
-fn check(
-    runs: &[run::Model],
+/// Asserts the guarantees over the whole run log: every scheduled second of
+/// every job has exactly one record (a run, a skip, or one catch-up for
+/// several), none after a job was disabled, the serial job never overlaps
+/// itself, and nothing is left running.
+async fn check(
+    store: &qiwu_storage::Store,
     jobs: &[i64],
     window: (i64, i64),
     disabled: Option<(i64, i64)>,
     serial: Option<i64>,
-) {
-    // No scheduled time recorded twice.
-    let mut seen = HashSet::new();
-    for r in runs
-        .iter()
-        .filter(|r| r.trigger == "schedule" && r.attempt == 1)
-    {
-        assert!(
-            seen.insert((r.job_id, r.scheduled_at)),
-            "fire recorded twice: {r:?}"
-        );
-    }
-    // No scheduled second without a run row.
+) -> Vec<run::Model> {
+    let runs = all_runs(store).await;
     let (from, to) = window;
     for job in jobs {
         let until = match disabled {
             Some((id, at)) if id == *job => at - 1000,
             _ => to,
         };
-        let mut second = from - from.rem_euclid(1000) + 1000;
-        while second <= until {
-            assert!(
-                seen.contains(&(*job, second)),
-                "job {job} has no run for {second}"
-            );
-            second += 1000;
-        }
+        common::assert_every_second_recorded(store, *job, from, until).await;
     }
     // The disabled job stopped within a second on every worker.
     if let Some((id, at)) = disabled {
@@ -250,6 +235,7 @@ fn check(
     // Nothing left running.
     let running: Vec<_> = runs.iter().filter(|r| r.status == "running").collect();
     assert!(running.is_empty(), "runs left running: {running:#?}");
+    runs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,15 +285,15 @@ async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
         }
     }
     let store = cluster.store().await;
-    let runs = all_runs(&store).await;
     assert!(to - from >= 40_000, "ran for at least 40 s");
-    check(
-        &runs,
+    let runs = check(
+        &store,
         &jobs,
         (from, to),
         Some((disabled_job, disabled_at)),
         Some(serial),
-    );
+    )
+    .await;
     // The work was shared: every worker claimed fires.
     let mut by_instance: HashMap<&str, usize> = HashMap::new();
     for r in &runs {
@@ -355,8 +341,7 @@ async fn two_workers_on_mariadb_through_a_kill_and_a_rolling_restart() {
         }
     }
     let store = cluster.store().await;
-    let runs = all_runs(&store).await;
-    check(&runs, &jobs, (from, to), None, None);
+    check(&store, &jobs, (from, to), None, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,12 @@ impl MigrationTrait for Migration {
         add_column(manager, "fires", small_integer("lane").default(0).take()).await?;
         add_column(manager, "fires", big_integer_null("prev_at")).await?;
         add_column(manager, "fires", big_integer_null("first_at")).await?;
-        add_column(manager, "jobs", big_integer("schedule_from").default(0).take()).await?;
+        add_column(
+            manager,
+            "jobs",
+            big_integer("schedule_from").default(0).take(),
+        )
+        .await?;
         add_column(manager, "runs", big_integer_null("swept_at")).await?;
 
         let db = manager.get_connection();
@@ -73,8 +78,18 @@ impl MigrationTrait for Migration {
                 .await?;
         }
         let indexes: [(&str, &str, &[&str], bool); 3] = [
-            ("ux_fires_job_lane_at", "fires", &["job_id", "lane", "scheduled_at"], true),
-            ("ux_fires_job_lane_prev", "fires", &["job_id", "lane", "prev_at"], true),
+            (
+                "ux_fires_job_lane_at",
+                "fires",
+                &["job_id", "lane", "scheduled_at"],
+                true,
+            ),
+            (
+                "ux_fires_job_lane_prev",
+                "fires",
+                &["job_id", "lane", "prev_at"],
+                true,
+            ),
             // Reconciliation reads only the jobs changed since the last one.
             ("idx_jobs_updated_at", "jobs", &["updated_at"], false),
         ];

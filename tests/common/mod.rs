@@ -369,3 +369,91 @@ pub fn client() -> reqwest::Client {
         .build()
         .expect("client")
 }
+
+/// One record on a job's schedule: the fire times it covers
+/// (`first..=last`), its trigger and its attempt-1 runs' statuses.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub fire_id: i64,
+    pub first: i64,
+    pub last: i64,
+    pub trigger: String,
+    pub first_runs: Vec<String>,
+}
+
+/// The records of `job`'s schedule (timer fires and catch-ups), oldest first.
+pub async fn records(store: &qiwu_storage::Store, job_id: i64) -> Vec<Record> {
+    use qiwu_storage::entity::{fire, run};
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+    let fires = fire::Entity::find()
+        .filter(fire::Column::JobId.eq(job_id))
+        .filter(fire::Column::Lane.eq(0))
+        .order_by_asc(fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .expect("read fires");
+    let runs = run::Entity::find()
+        .filter(run::Column::JobId.eq(job_id))
+        .filter(run::Column::Attempt.eq(1))
+        .all(store.connection())
+        .await
+        .expect("read runs");
+    fires
+        .into_iter()
+        .map(|f| Record {
+            fire_id: f.id,
+            first: f.first_at.unwrap_or(f.scheduled_at),
+            last: f.scheduled_at,
+            trigger: f.trigger.clone(),
+            first_runs: runs
+                .iter()
+                .filter(|r| r.fire_id == f.id)
+                .map(|r| r.status.clone())
+                .collect(),
+        })
+        .collect()
+}
+
+/// Asserts the promise of the service for an every-second job: each whole
+/// second of `from..=to` is covered by exactly one record of its schedule
+/// (a run, a skip, or one catch-up standing for several), and every record
+/// has exactly one attempt-1 run row. Returns the records.
+pub async fn assert_every_second_recorded(
+    store: &qiwu_storage::Store,
+    job_id: i64,
+    from: i64,
+    to: i64,
+) -> Vec<Record> {
+    let records = records(store, job_id).await;
+    for pair in records.windows(2) {
+        assert!(
+            pair[1].first > pair[0].last,
+            "job {job_id}: two records cover the same time: {pair:#?}"
+        );
+    }
+    for r in &records {
+        assert_eq!(
+            r.first_runs.len(),
+            1,
+            "job {job_id}: a record without exactly one attempt-1 run: {r:#?}"
+        );
+    }
+    let mut second = from - from.rem_euclid(1000) + 1000;
+    while second <= to {
+        let covering = records
+            .iter()
+            .filter(|r| r.first <= second && second <= r.last)
+            .count();
+        assert_eq!(
+            covering,
+            1,
+            "job {job_id}: second {second} is covered by {covering} records; records near it: {:#?}",
+            records
+                .iter()
+                .filter(|r| (r.last - second).abs() < 5000)
+                .collect::<Vec<_>>()
+        );
+        second += 1000;
+    }
+    records
+}

@@ -103,13 +103,18 @@ pub fn missed_text(missed: &Missed, reason: MissReason, tz: Tz, caught_up: bool)
     };
     let (zh_while, en_while) = reason.while_texts();
     let (zh_policy, en_policy) = if caught_up {
-        ("错过策略为补跑一次，现在补做。", "misfire policy is run once: caught up now.")
+        (
+            "错过策略为补跑一次，现在补做。",
+            "misfire policy is run once: caught up now.",
+        )
     } else {
         ("错过策略为跳过，不补做。", "misfire policy is skip.")
     };
     if missed.count == 1 && !missed.capped {
         let at = fmt(missed.first);
-        format!("{zh_while}错过了 1 次执行：{at}；{zh_policy}\nMissed 1 fire time {en_while}: {at}; {en_policy}")
+        format!(
+            "{zh_while}错过了 1 次执行：{at}；{zh_policy}\nMissed 1 fire time {en_while}: {at}; {en_policy}"
+        )
     } else {
         let (first, last) = (fmt(missed.first), fmt(missed.last));
         format!(
@@ -224,6 +229,9 @@ mod tests {
             ..missed
         };
         let text = missed_text(&one, MissReason::Downtime, tz, false);
-        assert!(text.contains("错过了 1 次执行：2026-05-01 11:30:00 +08:00；"), "{text}");
+        assert!(
+            text.contains("错过了 1 次执行：2026-05-01 11:30:00 +08:00；"),
+            "{text}"
+        );
     }
 }

@@ -19,8 +19,8 @@ use chrono::{DateTime, Utc};
 use qiwu_domain::misfire::{missed_between, missed_text};
 use qiwu_domain::{CronExpr, MisfirePolicy, MissReason};
 use qiwu_storage::{
-    ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, RunStatus, StorageError,
-    TimeClaim, Trigger,
+    ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, RunStatus, StorageError, TimeClaim,
+    Trigger,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -184,7 +184,10 @@ impl Claimer {
     async fn round(&mut self) {
         let now = self.shared.clock.now();
         if self.shared.skew_too_large() {
-            tracing::error!(skew_ms = self.shared.skew_ms(), "clock skew against the database is too large: claiming nothing");
+            tracing::error!(
+                skew_ms = self.shared.skew_ms(),
+                "clock skew against the database is too large: claiming nothing"
+            );
             self.fold_all_times(MissReason::ClockSkew);
             self.fail_later();
             return;
@@ -305,7 +308,10 @@ impl Claimer {
     }
 
     /// Claims timer fires. On an error every one of them is queued again.
-    async fn claim_times(&mut self, batch: Vec<(Armed, DateTime<Utc>)>) -> Result<(), StorageError> {
+    async fn claim_times(
+        &mut self,
+        batch: Vec<(Armed, DateTime<Utc>)>,
+    ) -> Result<(), StorageError> {
         let mut slots: Vec<Option<Slot>> = Vec::with_capacity(batch.len());
         let mut claims = Vec::with_capacity(batch.len());
         for (armed, at) in &batch {
@@ -328,7 +334,13 @@ impl Claimer {
                 first,
             });
         }
-        let outcomes = match self.shared.store.fires().claim_times(&claims, &self.context()).await {
+        let outcomes = match self
+            .shared
+            .store
+            .fires()
+            .claim_times(&claims, &self.context())
+            .await
+        {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 for (armed, at) in batch {
@@ -337,7 +349,11 @@ impl Claimer {
                 return Err(e);
             }
         };
-        for (((armed, at), slot), (claim, outcome)) in batch.into_iter().zip(slots).zip(claims.iter().zip(outcomes)) {
+        for (((armed, at), slot), (claim, outcome)) in batch
+            .into_iter()
+            .zip(slots)
+            .zip(claims.iter().zip(outcomes))
+        {
             match outcome {
                 ClaimOutcome::Claimed(claimed) => self.start(*claimed, slot, None),
                 ClaimOutcome::Taken => {}
@@ -363,7 +379,10 @@ impl Claimer {
 
     /// Records each job's missed times up to its `through` by its misfire
     /// policy: one skipped record, or one catch-up run.
-    async fn catch_up(&mut self, batch: Vec<(i64, DateTime<Utc>, MissReason)>) -> Result<(), StorageError> {
+    async fn catch_up(
+        &mut self,
+        batch: Vec<(i64, DateTime<Utc>, MissReason)>,
+    ) -> Result<(), StorageError> {
         let ids: Vec<i64> = batch.iter().map(|(id, _, _)| *id).collect();
         let read = async {
             let jobs = self.shared.store.jobs().get_many(&ids).await?;
@@ -388,12 +407,15 @@ impl Claimer {
                 continue;
             };
             let tz = self.shared.zone_of(job.timezone.as_deref());
-            let from = tips.get(&job_id).map_or(job.updated_at, |tip| (*tip).max(job.updated_at));
+            let from = tips
+                .get(&job_id)
+                .map_or(job.updated_at, |tip| (*tip).max(job.updated_at));
             let Some(missed) = missed_between(&cron, tz, from, through) else {
                 continue;
             };
             tracing::info!(job = job_id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
-            let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+            let run_once =
+                MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
             let first = if run_once {
                 FirstRun::running()
             } else {
@@ -414,14 +436,22 @@ impl Claimer {
         if claims.is_empty() {
             return Ok(());
         }
-        let outcomes = match self.shared.store.fires().claim_times(&claims, &self.context()).await {
+        let outcomes = match self
+            .shared
+            .store
+            .fires()
+            .claim_times(&claims, &self.context())
+            .await
+        {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 self.requeue_catch_ups(asked);
                 return Err(e);
             }
         };
-        for ((outcome, note), (job_id, through, reason)) in outcomes.into_iter().zip(notes).zip(asked) {
+        for ((outcome, note), (job_id, through, reason)) in
+            outcomes.into_iter().zip(notes).zip(asked)
+        {
             match outcome {
                 ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, note),
                 ClaimOutcome::Taken => {}
@@ -429,7 +459,11 @@ impl Claimer {
                     let _ = self.feedback.send(Feedback::Stale(job_id));
                 }
                 // Another record extended the chain meanwhile: read again.
-                ClaimOutcome::Gap => self.add(Request::CatchUp { job_id, through, reason }),
+                ClaimOutcome::Gap => self.add(Request::CatchUp {
+                    job_id,
+                    through,
+                    reason,
+                }),
             }
         }
         Ok(())
@@ -460,7 +494,13 @@ impl Claimer {
                 first: FirstRun::running(),
             })
             .collect();
-        let outcomes = match self.shared.store.fires().claim_manual(&claims, &self.context()).await {
+        let outcomes = match self
+            .shared
+            .store
+            .fires()
+            .claim_manual(&claims, &self.context())
+            .await
+        {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 for id in ids.into_iter().rev() {

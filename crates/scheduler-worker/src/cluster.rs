@@ -195,7 +195,11 @@ impl Sight {
 }
 
 /// One heart-beat; returns its database time.
-async fn beat(hb: &Heartbeat, started: DateTime<Utc>, sight: &Sight) -> Result<DateTime<Utc>, WorkerError> {
+async fn beat(
+    hb: &Heartbeat,
+    started: DateTime<Utc>,
+    sight: &Sight,
+) -> Result<DateTime<Utc>, WorkerError> {
     let (store, config, clock) = (&hb.store, &hb.config, &hb.config.clock);
     let skew = measure_skew(store).await?;
     hb.skew_ms.store(skew, Ordering::Relaxed);
@@ -232,7 +236,11 @@ async fn beat(hb: &Heartbeat, started: DateTime<Utc>, sight: &Sight) -> Result<D
 
 /// Closes the runs of instances silent since `since`, and of instances with
 /// no heart-beat row at all, marking them swept (a real end still wins).
-async fn close_lost(store: &Store, since: DateTime<Utc>, now: DateTime<Utc>) -> Result<(), WorkerError> {
+async fn close_lost(
+    store: &Store,
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(), WorkerError> {
     let cluster = store.cluster();
     let dead = cluster.dead(since).await?;
     if !dead.is_empty() {
@@ -246,13 +254,21 @@ async fn close_lost(store: &Store, since: DateTime<Utc>, now: DateTime<Utc>) -> 
         }
         tracing::warn!(instances = ?ids, closed, "closed the runs of lost instances");
     }
-    let live_ids: Vec<String> = cluster.live(since).await?.into_iter().map(|i| i.id).collect();
+    let live_ids: Vec<String> = cluster
+        .live(since)
+        .await?
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
     let orphans = store
         .fires()
         .close_orphans(&live_ids, since, texts::REASON_ORPHAN, now)
         .await?;
     if orphans > 0 {
-        tracing::warn!(closed = orphans, "closed runs of instances without a heart-beat");
+        tracing::warn!(
+            closed = orphans,
+            "closed runs of instances without a heart-beat"
+        );
     }
     Ok(())
 }
@@ -330,7 +346,10 @@ mod tests {
         for beat in 0..=5 {
             sight.saw(s(beat * 3), every);
         }
-        assert!(!sight.may_judge(s(15), dead_after), "15 s seen is not more than 15 s");
+        assert!(
+            !sight.may_judge(s(15), dead_after),
+            "15 s seen is not more than 15 s"
+        );
         sight.saw(s(18), every);
         assert!(sight.may_judge(s(18), dead_after));
         // An outage breaks the streak: it starts again from the next beat.

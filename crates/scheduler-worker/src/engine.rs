@@ -155,9 +155,10 @@ impl Shared {
 
     /// True while the clock is too far from the database's to claim.
     pub(crate) fn skew_too_large(&self) -> bool {
-        self.config.cluster.as_ref().is_some_and(|c| {
-            self.skew_ms().unsigned_abs() > c.max_skew.as_millis() as u64
-        })
+        self.config
+            .cluster
+            .as_ref()
+            .is_some_and(|c| self.skew_ms().unsigned_abs() > c.max_skew.as_millis() as u64)
     }
 
     /// A job's zone: its own, else `QIWU_TIMEZONE`.
@@ -338,7 +339,8 @@ async fn start(
 /// leftover runs and reads every enabled job's schedule.
 async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProblem> {
     let store = &shared.store;
-    let not_yet = |e: qiwu_storage::StorageError| StartProblem::NotYet(format!("database error: {e}"));
+    let not_yet =
+        |e: qiwu_storage::StorageError| StartProblem::NotYet(format!("database error: {e}"));
     match store.pending_migrations().await {
         Ok(0) => {}
         Ok(n) => {
@@ -349,7 +351,11 @@ async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProble
         Err(e) if e.is_unavailable() => {
             return Err(StartProblem::NotYet(format!("database unreachable: {e}")));
         }
-        Err(e) => return Err(StartProblem::NotYet(format!("waiting for migrations ({e})"))),
+        Err(e) => {
+            return Err(StartProblem::NotYet(format!(
+                "waiting for migrations ({e})"
+            )));
+        }
     }
     if shared.config.cluster.is_some() {
         let mine = shared.config.timezone.name();
@@ -414,18 +420,29 @@ async fn stop(
 ) -> Result<(), WorkerError> {
     let _ = tokio::time::timeout(Duration::from_secs(2), claimer).await;
     shared.tracker.close();
-    tracing::info!(running = shared.tracker.len(), "stopping: waiting for running handlers");
+    tracing::info!(
+        running = shared.tracker.len(),
+        "stopping: waiting for running handlers"
+    );
     if tokio::time::timeout(shared.config.shutdown_grace, shared.tracker.wait())
         .await
         .is_err()
     {
-        tracing::warn!(left = shared.tracker.len(), "handlers still running after the grace period; closing their runs");
+        tracing::warn!(
+            left = shared.tracker.len(),
+            "handlers still running after the grace period; closing their runs"
+        );
     }
     let instance = [shared.config.instance.clone()];
     shared
         .store
         .fires()
-        .close_running(Some(&instance), texts::REASON_SHUTDOWN, shared.clock.now(), false)
+        .close_running(
+            Some(&instance),
+            texts::REASON_SHUTDOWN,
+            shared.clock.now(),
+            false,
+        )
         .await?;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while helpers.join_next().await.is_some() {}
@@ -434,7 +451,11 @@ async fn stop(
     // Only now, with its runs closed, does this worker leave the live set:
     // its jobs move to the others at their next heart-beat.
     if shared.config.cluster.is_some() {
-        shared.store.cluster().remove(&shared.config.instance).await?;
+        shared
+            .store
+            .cluster()
+            .remove(&shared.config.instance)
+            .await?;
     }
     Ok(())
 }
@@ -596,7 +617,9 @@ impl Loop {
                 let line = self.shared.clock.now() - ARM_GRACE;
                 self.apply(job_id, schedule, line);
             }
-            Err(e) => tracing::error!(job = job_id, error = %e, "cannot reload a changed job; the next reconciliation retries"),
+            Err(e) => {
+                tracing::error!(job = job_id, error = %e, "cannot reload a changed job; the next reconciliation retries")
+            }
         }
     }
 
@@ -604,7 +627,13 @@ impl Loop {
     async fn reconcile(&mut self) {
         let started = self.shared.clock.now();
         let since = self.last_reconcile - RECONCILE_OVERLAP;
-        match self.shared.store.jobs().schedules_changed_since(since).await {
+        match self
+            .shared
+            .store
+            .jobs()
+            .schedules_changed_since(since)
+            .await
+        {
             Ok(changed) => {
                 let line = started - ARM_GRACE;
                 for schedule in changed {
@@ -613,7 +642,9 @@ impl Loop {
                 }
                 self.last_reconcile = started;
             }
-            Err(e) => tracing::error!(error = %e, "reconciliation failed; retrying at the next one"),
+            Err(e) => {
+                tracing::error!(error = %e, "reconciliation failed; retrying at the next one")
+            }
         }
     }
 
@@ -631,9 +662,7 @@ impl Loop {
     /// Records a job's current schedule (or its absence) and arms or
     /// disarms it accordingly.
     fn apply(&mut self, job_id: i64, schedule: Option<JobSchedule>, line: DateTime<Utc>) {
-        let known = schedule
-            .filter(|s| s.enabled)
-            .and_then(|s| self.known(&s));
+        let known = schedule.filter(|s| s.enabled).and_then(|s| self.known(&s));
         match known {
             Some(known) => {
                 self.catalog.insert(job_id, known);
@@ -698,7 +727,8 @@ impl Loop {
         let current = self.timers.armed(job_id);
         let same_schedule = current.is_some_and(|a| a.schedule_from == known.schedule_from);
         if same_schedule
-            && current.is_some_and(|a| a.delay == delay && a.allow_concurrent == known.allow_concurrent)
+            && current
+                .is_some_and(|a| a.delay == delay && a.allow_concurrent == known.allow_concurrent)
         {
             return;
         }

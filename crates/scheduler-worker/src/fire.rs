@@ -76,7 +76,12 @@ pub(crate) struct Decision {
 /// Decides an attempt's record from its outcome. `log` is what the handler
 /// wrote; retries follow failures and timeouts while attempts remain, never
 /// a lost lock or a shutdown.
-pub(crate) fn decide(outcome: &Outcome, log: &str, timeout_ms: i64, attempts_left: bool) -> Decision {
+pub(crate) fn decide(
+    outcome: &Outcome,
+    log: &str,
+    timeout_ms: i64,
+    attempts_left: bool,
+) -> Decision {
     let with = |status, output: String, error: String, retryable: bool| Decision {
         status,
         output,
@@ -84,17 +89,39 @@ pub(crate) fn decide(outcome: &Outcome, log: &str, timeout_ms: i64, attempts_lef
         retry: retryable && attempts_left,
     };
     match outcome {
-        Outcome::Returned(value) => with(RunStatus::Success, output_of(log, value), String::new(), false),
-        Outcome::Failed(message) => with(RunStatus::Failed, output_of(log, ""), message.clone(), true),
+        Outcome::Returned(value) => with(
+            RunStatus::Success,
+            output_of(log, value),
+            String::new(),
+            false,
+        ),
+        Outcome::Failed(message) => {
+            with(RunStatus::Failed, output_of(log, ""), message.clone(), true)
+        }
         Outcome::Panicked(message) => with(
             RunStatus::Failed,
             output_of(log, ""),
             format!("处理器异常退出 / The handler panicked: {message}"),
             true,
         ),
-        Outcome::TimedOut => with(RunStatus::Timeout, output_of(log, ""), texts::timed_out(timeout_ms), true),
-        Outcome::LockLost => with(RunStatus::Failed, output_of(log, ""), texts::LOCK_LOST.to_string(), false),
-        Outcome::Shutdown(Ok(value)) => with(RunStatus::Success, output_of(log, value), String::new(), false),
+        Outcome::TimedOut => with(
+            RunStatus::Timeout,
+            output_of(log, ""),
+            texts::timed_out(timeout_ms),
+            true,
+        ),
+        Outcome::LockLost => with(
+            RunStatus::Failed,
+            output_of(log, ""),
+            texts::LOCK_LOST.to_string(),
+            false,
+        ),
+        Outcome::Shutdown(Ok(value)) => with(
+            RunStatus::Success,
+            output_of(log, value),
+            String::new(),
+            false,
+        ),
         Outcome::Shutdown(Err(message)) => with(
             RunStatus::Failed,
             output_of(log, ""),
@@ -128,7 +155,11 @@ impl Fire {
         if !self.job.allow_concurrent && self.slot.is_none() {
             match self.shared.slots.try_take(self.job.id) {
                 Some(slot) => self.slot = Some(slot),
-                None => return self.end_at_once(RunStatus::Skipped, texts::SKIP_OVERLAP, "").await,
+                None => {
+                    return self
+                        .end_at_once(RunStatus::Skipped, texts::SKIP_OVERLAP, "")
+                        .await;
+                }
             }
         }
         if let Err((status, output, error)) = self.take_lock().await {
@@ -137,13 +168,20 @@ impl Fire {
         loop {
             let attempts_left = self.attempt < self.attempts();
             let mut attempt = self.attempt_once(&handler, &params, &mut stop).await;
-            let decision = decide(&attempt.outcome, &attempt.log.contents(), self.job.timeout_ms, attempts_left);
+            let decision = decide(
+                &attempt.outcome,
+                &attempt.log.contents(),
+                self.job.timeout_ms,
+                attempts_left,
+            );
             let retry = decision.retry;
             self.record(&attempt, decision).await;
             match attempt.outcome {
                 Outcome::TimedOut => {
                     self.alert_timeout(attempt.started_at).await;
-                    if !self.job.allow_concurrent && !self.wait_for_handler(&mut attempt, &mut stop).await {
+                    if !self.job.allow_concurrent
+                        && !self.wait_for_handler(&mut attempt, &mut stop).await
+                    {
                         return self.linger(attempt.task);
                     }
                 }
@@ -155,7 +193,10 @@ impl Fire {
                 }
                 _ => {}
             }
-            if !retry || !self.pause_before_retry(&mut stop).await || !self.next_attempt(&mut stop).await {
+            if !retry
+                || !self.pause_before_retry(&mut stop).await
+                || !self.next_attempt(&mut stop).await
+            {
                 return;
             }
         }
@@ -195,7 +236,14 @@ impl Fire {
         if self.job.allow_concurrent {
             return Ok(());
         }
-        match LockLease::acquire(&cluster.coord, self.job.id, &self.shared.config.instance, cluster.lock_ttl).await {
+        match LockLease::acquire(
+            &cluster.coord,
+            self.job.id,
+            &self.shared.config.instance,
+            cluster.lock_ttl,
+        )
+        .await
+        {
             Ok(Some(lease)) => {
                 tracing::debug!(job = self.job.id, token = lease.token(), "job lock taken");
                 self.lock = Some(lease);
@@ -217,7 +265,8 @@ impl Fire {
         params: &Map<String, Value>,
         stop: &mut watch::Receiver<bool>,
     ) -> Attempt {
-        let timeout = (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
+        let timeout =
+            (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
         let started_at = self.shared.clock.now();
         let (stopper, signal) = stop_pair();
         let log = LogSink::default();
@@ -274,9 +323,23 @@ impl Fire {
                 Ok(answer) => answer,
                 Err(join) => Err(join.to_string()),
             };
-            return Attempt { outcome: Outcome::Shutdown(answer), log, started, started_at, task: None, stopper };
+            return Attempt {
+                outcome: Outcome::Shutdown(answer),
+                log,
+                started,
+                started_at,
+                task: None,
+                stopper,
+            };
         }
-        Attempt { outcome, log, started, started_at, task: Some(task), stopper }
+        Attempt {
+            outcome,
+            log,
+            started,
+            started_at,
+            task: Some(task),
+            stopper,
+        }
     }
 
     /// The one place an attempt's end is written.
@@ -311,7 +374,10 @@ impl Fire {
                 run = self.run_id,
                 "the run's end matched no open run (closed by someone else, or deleted); its outcome is lost"
             ),
-            None => tracing::warn!(run = self.run_id, "stopping: the run's end was not written; the shutdown sweep closes it"),
+            None => tracing::warn!(
+                run = self.run_id,
+                "stopping: the run's end was not written; the shutdown sweep closes it"
+            ),
         }
     }
 
@@ -331,7 +397,11 @@ impl Fire {
     /// After a timeout, a non-concurrent job keeps its slot and lock until
     /// the handler really returns. False when the wait was cut short (the
     /// process stops, or the lock is lost) with the handler still running.
-    async fn wait_for_handler(&mut self, attempt: &mut Attempt, stop: &mut watch::Receiver<bool>) -> bool {
+    async fn wait_for_handler(
+        &mut self,
+        attempt: &mut Attempt,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
         enum Waited {
             Returned,
             Stopping,
@@ -412,12 +482,20 @@ impl Fire {
                 instance: &self.shared.config.instance,
                 started_at: self.shared.clock.now(),
             };
-            match self.shared.store.fires().start_run(self.fire_id, &start).await {
+            match self
+                .shared
+                .store
+                .fires()
+                .start_run(self.fire_id, &start)
+                .await
+            {
                 Ok(run_id) => {
                     self.run_id = run_id;
                     return true;
                 }
-                Err(e) => tracing::error!(job = self.job.id, fire = self.fire_id, error = %e, "cannot record the next attempt; retrying"),
+                Err(e) => {
+                    tracing::error!(job = self.job.id, fire = self.fire_id, error = %e, "cannot record the next attempt; retrying")
+                }
             }
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
@@ -435,15 +513,63 @@ mod tests {
     #[test]
     fn decisions_table() {
         let cases: [(Outcome, bool, RunStatus, bool, &str); 9] = [
-            (Outcome::Returned("ok".into()), true, RunStatus::Success, false, ""),
-            (Outcome::Failed("boom".into()), true, RunStatus::Failed, true, "boom"),
-            (Outcome::Failed("boom".into()), false, RunStatus::Failed, false, "boom"),
-            (Outcome::Panicked("oops".into()), true, RunStatus::Failed, true, "panicked: oops"),
+            (
+                Outcome::Returned("ok".into()),
+                true,
+                RunStatus::Success,
+                false,
+                "",
+            ),
+            (
+                Outcome::Failed("boom".into()),
+                true,
+                RunStatus::Failed,
+                true,
+                "boom",
+            ),
+            (
+                Outcome::Failed("boom".into()),
+                false,
+                RunStatus::Failed,
+                false,
+                "boom",
+            ),
+            (
+                Outcome::Panicked("oops".into()),
+                true,
+                RunStatus::Failed,
+                true,
+                "panicked: oops",
+            ),
             (Outcome::TimedOut, true, RunStatus::Timeout, true, "300 ms"),
-            (Outcome::TimedOut, false, RunStatus::Timeout, false, "300 ms"),
-            (Outcome::LockLost, true, RunStatus::Failed, false, "lock renewal"),
-            (Outcome::Shutdown(Ok("done".into())), true, RunStatus::Success, false, ""),
-            (Outcome::Shutdown(Err("cut".into())), true, RunStatus::Failed, false, "shut down"),
+            (
+                Outcome::TimedOut,
+                false,
+                RunStatus::Timeout,
+                false,
+                "300 ms",
+            ),
+            (
+                Outcome::LockLost,
+                true,
+                RunStatus::Failed,
+                false,
+                "lock renewal",
+            ),
+            (
+                Outcome::Shutdown(Ok("done".into())),
+                true,
+                RunStatus::Success,
+                false,
+                "",
+            ),
+            (
+                Outcome::Shutdown(Err("cut".into())),
+                true,
+                RunStatus::Failed,
+                false,
+                "shut down",
+            ),
         ];
         for (outcome, attempts_left, status, retry, error) in cases {
             let d = decide(&outcome, "line\n", 300, attempts_left);
@@ -452,6 +578,12 @@ mod tests {
             assert!(d.output.starts_with("line\n"), "{outcome:?}: {}", d.output);
         }
         let long = "x".repeat(MAX_ERROR_CHARS + 10);
-        assert_eq!(decide(&Outcome::Failed(long), "", 0, false).error.chars().count(), MAX_ERROR_CHARS);
+        assert_eq!(
+            decide(&Outcome::Failed(long), "", 0, false)
+                .error
+                .chars()
+                .count(),
+            MAX_ERROR_CHARS
+        );
     }
 }

@@ -15,7 +15,8 @@ pub const REASON_RESTART: &str = "实例在执行结束前停止（进程退出�
 pub const REASON_SHUTDOWN: &str =
     "服务正在关闭，执行被中断\nThe service shut down and interrupted the run";
 /// The error of runs of an instance that stopped heart-beating.
-pub(crate) const REASON_LOST: &str = "实例失联（停止心跳），执行被关闭\nInstance lost (stopped heart-beating); the run was closed";
+pub(crate) const REASON_LOST: &str =
+    "实例失联（停止心跳），执行被关闭\nInstance lost (stopped heart-beating); the run was closed";
 /// The error of runs of an instance with no heart-beat row at all.
 pub(crate) const REASON_ORPHAN: &str = "实例失联（没有心跳记录），执行被关闭\nInstance lost (no heart-beat record); the run was closed";
 

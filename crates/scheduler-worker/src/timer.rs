@@ -221,7 +221,10 @@ mod tests {
             .map(|s| t("2026-11-29T10:00:00Z") + chrono::Duration::seconds(s))
             .collect();
         assert_eq!(of(1), want);
-        assert_eq!(of(2), [t("2026-11-29T10:00:05Z"), t("2026-11-29T10:00:10Z")]);
+        assert_eq!(
+            of(2),
+            [t("2026-11-29T10:00:05Z"), t("2026-11-29T10:00:10Z")]
+        );
         // Each fire was taken exactly at its time (no lag, no early fire).
         assert!(fired.iter().all(|(d, taken)| *taken == d.at), "{fired:?}");
     }

@@ -56,9 +56,16 @@ impl StorageError {
         };
         let text = e.to_string();
         // PostgreSQL 40P01/40001, MySQL 1213/1205, SQLite busy.
-        ["40P01", "40001", "1213", "Deadlock", "deadlock", "database is locked"]
-            .iter()
-            .any(|needle| text.contains(needle))
+        [
+            "40P01",
+            "40001",
+            "1213",
+            "Deadlock",
+            "deadlock",
+            "database is locked",
+        ]
+        .iter()
+        .any(|needle| text.contains(needle))
     }
 }
 
@@ -83,8 +90,10 @@ fn db_unavailable(e: &DbErr) -> bool {
                 let code = db.code().map(|c| c.to_string()).unwrap_or_default();
                 // SQLITE_BUSY (5), SQLITE_LOCKED (6); PostgreSQL admin
                 // shutdown (57P01), cannot connect now (57P03), crash (57P02).
-                matches!(code.as_str(), "5" | "6" | "517" | "57P01" | "57P02" | "57P03")
-                    || db.message().contains("database is locked")
+                matches!(
+                    code.as_str(),
+                    "5" | "6" | "517" | "57P01" | "57P02" | "57P03"
+                ) || db.message().contains("database is locked")
             }
             _ => false,
         },

@@ -298,10 +298,18 @@ impl JobRepo<'_> {
         let now = to_millis(now);
         // A new schedule starts when cron, zone or enabled change; other
         // edits leave armed timers valid.
+        // A locking read: concurrent edits queue here, and the version
+        // compared is the latest committed one.
         let current = job::Entity::find_by_id(id)
+            .lock_exclusive()
             .one(&txn)
             .await?
             .ok_or(StorageError::NotFound)?;
+        if current.version != expected_version {
+            return Err(StorageError::StaleVersion {
+                current: current.version,
+            });
+        }
         let schedule_from = if current.cron != job.cron
             || current.timezone != job.timezone
             || current.enabled != job.enabled

@@ -192,7 +192,12 @@ mod tests {
     #[tokio::test]
     async fn the_registry_implements_exactly_the_catalog() {
         let store = crate::test_support::test_store().await;
-        let registry = builtin_registry(store.store.clone(), Some("s".into()), Arc::new(crate::clock::SystemClock)).expect("registry");
+        let registry = builtin_registry(
+            store.store.clone(),
+            Some("s".into()),
+            Arc::new(crate::clock::SystemClock),
+        )
+        .expect("registry");
         let catalog = builtin_catalog().expect("catalog");
         let names = |c: &HandlerCatalog| {
             c.iter()
@@ -222,7 +227,12 @@ mod tests {
     #[tokio::test]
     async fn remote_handlers_join_the_catalog_and_never_replace_one() {
         let store = crate::test_support::test_store().await;
-        let builtin = builtin_registry(store.store.clone(), None, Arc::new(crate::clock::SystemClock)).expect("registry");
+        let builtin = builtin_registry(
+            store.store.clone(),
+            None,
+            Arc::new(crate::clock::SystemClock),
+        )
+        .expect("registry");
         let registry = builtin
             .clone()
             .with_remote([remote("session.sweep"), remote("wf.task.remind")])

@@ -8,8 +8,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::{NotSet, Set};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QuerySelect,
-    Value,
+    ColumnTrait, ConnectionTrait, DatabaseTransaction, EntityTrait, QueryFilter, QuerySelect, Value,
 };
 
 use super::sql::Sql;
@@ -331,7 +330,10 @@ impl FireRepo<'_> {
         let now = to_millis(ctx.now);
         fire::Entity::update_many()
             .col_expr(fire::Column::State, "claimed".into())
-            .col_expr(fire::Column::ClaimedBy, Some(ctx.instance.to_string()).into())
+            .col_expr(
+                fire::Column::ClaimedBy,
+                Some(ctx.instance.to_string()).into(),
+            )
             .col_expr(fire::Column::ClaimedAt, Some(now).into())
             .filter(fire::Column::Id.is_in(ids.iter().copied()))
             .filter(fire::Column::State.eq("pending"))
@@ -403,7 +405,11 @@ async fn record_first_runs(
         let job = jobs.get(&t.job_id);
         let asked = firsts[t.index];
         let (status, output, error) = match job {
-            None => (RunStatus::Failed, String::new(), ctx.job_deleted.to_string()),
+            None => (
+                RunStatus::Failed,
+                String::new(),
+                ctx.job_deleted.to_string(),
+            ),
             Some(_) if asked.status == RunStatus::Running && busy.contains(&t.job_id) => (
                 RunStatus::Skipped,
                 ctx.running_elsewhere.unwrap_or_default().to_string(),
@@ -417,7 +423,9 @@ async fn record_first_runs(
             id: NotSet,
             fire_id: Set(t.fire_id),
             job_id: Set(t.job_id),
-            job_name: Set(job.map(|j| storable(&j.name).into_owned()).unwrap_or_default()),
+            job_name: Set(job
+                .map(|j| storable(&j.name).into_owned())
+                .unwrap_or_default()),
             handler: Set(job.map(|j| j.handler.clone()).unwrap_or_default()),
             trigger: Set(t.trigger.as_str().to_string()),
             scheduled_at: Set(t.scheduled_at),

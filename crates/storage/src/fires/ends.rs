@@ -6,10 +6,10 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Transactio
 
 use super::sql::Sql;
 use super::{FireRepo, RunEnd, RunStatus, storable};
+use crate::StorageError;
 use crate::entity::run;
 use crate::store::Backend;
 use crate::timestamp::to_millis;
-use crate::StorageError;
 
 /// The error written instead of an end the database keeps refusing.
 pub const END_WRITE_FALLBACK: &str = "执行结果无法写入数据库，只记录为失败。\nThe run's result could not be written to the database; it is recorded as failed.";
@@ -71,7 +71,14 @@ impl FireRepo<'_> {
                  duration_ms = u.duration_ms, output = u.output, error = u.error FROM ",
             )
             .rows(
-                &["id", "status", "finished_at", "duration_ms", "output", "error"],
+                &[
+                    "id",
+                    "status",
+                    "finished_at",
+                    "duration_ms",
+                    "output",
+                    "error",
+                ],
                 rows,
                 "u",
             )
@@ -109,9 +116,18 @@ impl FireRepo<'_> {
         for (id, end) in ends {
             let result = run::Entity::update_many()
                 .col_expr(run::Column::Status, end.status.as_str().into())
-                .col_expr(run::Column::FinishedAt, Some(to_millis(end.finished_at)).into())
-                .col_expr(run::Column::DurationMs, Some(Ord::max(end.duration_ms, 0)).into())
-                .col_expr(run::Column::Output, storable(&end.output).into_owned().into())
+                .col_expr(
+                    run::Column::FinishedAt,
+                    Some(to_millis(end.finished_at)).into(),
+                )
+                .col_expr(
+                    run::Column::DurationMs,
+                    Some(Ord::max(end.duration_ms, 0)).into(),
+                )
+                .col_expr(
+                    run::Column::Output,
+                    storable(&end.output).into_owned().into(),
+                )
                 .col_expr(run::Column::Error, storable(&end.error).into_owned().into())
                 .filter(run::Column::Id.eq(*id))
                 .filter(

@@ -227,10 +227,7 @@ impl FireRepo<'_> {
 
     /// The latest fire time recorded on each job's schedule (the tip of its
     /// chain), for the jobs that have one. One indexed look per job.
-    pub async fn tips(
-        &self,
-        job_ids: &[i64],
-    ) -> Result<HashMap<i64, DateTime<Utc>>, StorageError> {
+    pub async fn tips(&self, job_ids: &[i64]) -> Result<HashMap<i64, DateTime<Utc>>, StorageError> {
         let mut out = HashMap::with_capacity(job_ids.len());
         for chunk in job_ids.chunks(claim::MAX_BATCH) {
             let mut sql = sql::Sql::new(self.store.backend());

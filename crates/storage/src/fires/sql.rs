@@ -27,7 +27,8 @@ impl Sql {
     /// (`trigger` is reserved in MySQL).
     pub(crate) fn push(&mut self, text: &str) -> &mut Sql {
         if self.backend == Backend::MySql {
-            self.text.push_str(&text.replace("\"trigger\"", "`trigger`"));
+            self.text
+                .push_str(&text.replace("\"trigger\"", "`trigger`"));
         } else {
             self.text.push_str(text);
         }
@@ -66,8 +67,11 @@ impl Sql {
     pub(crate) fn rows(&mut self, names: &[&str], rows: Vec<Vec<Value>>, alias: &str) -> &mut Sql {
         self.text.push('(');
         for (r, row) in rows.into_iter().enumerate() {
-            self.text
-                .push_str(if r == 0 { "SELECT " } else { " UNION ALL SELECT " });
+            self.text.push_str(if r == 0 {
+                "SELECT "
+            } else {
+                " UNION ALL SELECT "
+            });
             for (c, value) in row.into_iter().enumerate() {
                 if c > 0 {
                     self.text.push_str(", ");
@@ -105,7 +109,10 @@ mod tests {
             sql.push("SELECT u.a FROM ")
                 .rows(
                     &["a", "b"],
-                    vec![vec![1i64.into(), 2i64.into()], vec![3i64.into(), 4i64.into()]],
+                    vec![
+                        vec![1i64.into(), 2i64.into()],
+                        vec![3i64.into(), 4i64.into()],
+                    ],
                     "u",
                 )
                 .push(" WHERE \"trigger\" IN ")

@@ -221,11 +221,10 @@ scenarios!(
     job_corrupt_params,
     groups_create_duplicate_delete_list,
     seed_marked_once,
-    fire_claimed_once,
-    fire_claim_rechecks_enabled_and_version,
-    fire_runs_finish_and_close,
-    fire_manual_pending,
 );
+
+/// The fire ledger's scenarios.
+mod ledger;
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -361,6 +360,7 @@ async fn every_entity_round_trips(store: Store) {
         misfire_policy: "run_once".into(),
         remark: "r".repeat(500),
         version: i64::MAX,
+        schedule_from: ms,
         builtin_key: Some("k".repeat(160)),
         created_at: ms,
         created_by: "u".repeat(128),
@@ -376,6 +376,9 @@ async fn every_entity_round_trips(store: Store) {
         id: 0,
         job_id: got.id,
         trigger: "schedule".into(),
+        lane: 0,
+        prev_at: Some(ms - 1000),
+        first_at: Some(ms),
         scheduled_at: ms,
         state: "pending".into(),
         claimed_by: None,
@@ -392,14 +395,17 @@ async fn every_entity_round_trips(store: Store) {
             ..m.clone()
         }
     );
-    // Exactly-once ledger: the same (job, trigger, time) cannot be recorded twice.
+    // Exactly-once ledger: the same (job, lane, time) cannot be recorded twice.
     let dup = am.clone().insert(db).await.unwrap_err();
     assert!(
         matches!(dup.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))),
         "{dup:?}"
     );
+    // A run-once request at the same time lives in its own lane.
     let mut manual = am;
     manual.trigger = sea_orm::Set("manual".into());
+    manual.lane = sea_orm::Set(1);
+    manual.prev_at = sea_orm::Set(None);
     manual.insert(db).await.unwrap();
 
     let m = run::Model {
@@ -1236,342 +1242,6 @@ fn url_helpers() {
         "mysql://root:***@h:3306"
     );
     assert_eq!(redact("mysql://root@h:3306"), "mysql://root@h:3306");
-}
-
-// ---------------------------------------------------------------------------
-// Fire ledger
-// ---------------------------------------------------------------------------
-
-fn run_start<'a>(
-    job_id: i64,
-    trigger: qiwu_storage::Trigger,
-    scheduled_at: DateTime<Utc>,
-    instance: &'a str,
-) -> qiwu_storage::RunStart<'a> {
-    qiwu_storage::RunStart {
-        job_id,
-        job_name: "job",
-        handler: "demo.echo",
-        trigger,
-        scheduled_at,
-        attempt: 1,
-        instance,
-        started_at: now(),
-        status: qiwu_storage::RunStatus::Running,
-        output: String::new(),
-        error: String::new(),
-    }
-}
-
-fn claim<'a>(
-    job: &JobRecord,
-    scheduled_at: DateTime<Utc>,
-    instance: &'a str,
-) -> qiwu_storage::FireClaim<'a> {
-    qiwu_storage::FireClaim {
-        job_id: job.id,
-        armed_version: Some(job.version),
-        trigger: qiwu_storage::Trigger::Schedule,
-        scheduled_at,
-        instance,
-        now: now(),
-    }
-}
-
-async fn fire_claimed_once(store: Store) {
-    use qiwu_storage::Trigger;
-    let job = store
-        .jobs()
-        .create(&new_job("every second"), "t", now())
-        .await
-        .unwrap();
-    let t = at(1_764_000_000_000);
-    // Eight instances race for the same fire: exactly one wins.
-    let mut tasks = Vec::new();
-    for i in 0..8 {
-        let store = store.clone();
-        let job = job.clone();
-        tasks.push(tokio::spawn(async move {
-            let instance = format!("w{i}");
-            store
-                .fires()
-                .claim(
-                    &claim(&job, t, &instance),
-                    &run_start(job.id, Trigger::Schedule, t, &instance),
-                )
-                .await
-                .unwrap()
-        }));
-    }
-    let mut won = 0;
-    for task in tasks {
-        if task.await.unwrap().is_some() {
-            won += 1;
-        }
-    }
-    assert_eq!(won, 1);
-    assert_eq!(
-        run::Entity::find()
-            .all(store.connection())
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    // The next second is a different fire; a manual fire at the same time too.
-    let next = at(1_764_000_001_000);
-    assert!(
-        store
-            .fires()
-            .claim(
-                &claim(&job, next, "w0"),
-                &run_start(job.id, Trigger::Schedule, next, "w0")
-            )
-            .await
-            .unwrap()
-            .is_some()
-    );
-    let last = store.fires().last_fire_times().await.unwrap();
-    assert_eq!(last.get(&job.id), Some(&next));
-}
-
-async fn fire_claim_rechecks_enabled_and_version(store: Store) {
-    use qiwu_storage::Trigger;
-    let job = store
-        .jobs()
-        .create(&new_job("edited"), "t", now())
-        .await
-        .unwrap();
-    let t = at(1_764_000_000_000);
-    let edited = store
-        .jobs()
-        .update(job.id, job.version, &new_job("edited"), "t", now())
-        .await
-        .unwrap();
-    // A timer armed at the old version claims nothing.
-    assert!(
-        store
-            .fires()
-            .claim(
-                &claim(&job, t, "w"),
-                &run_start(job.id, Trigger::Schedule, t, "w")
-            )
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let disabled = store
-        .jobs()
-        .set_enabled(job.id, false, None, "t", now())
-        .await
-        .unwrap();
-    assert!(
-        store
-            .fires()
-            .claim(
-                &claim(&disabled, t, "w"),
-                &run_start(job.id, Trigger::Schedule, t, "w")
-            )
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert!(
-        store
-            .fires()
-            .claim(
-                &claim(&edited, t, "w"),
-                &run_start(job.id, Trigger::Schedule, t, "w")
-            )
-            .await
-            .unwrap()
-            .is_none()
-    );
-    // A catch-up claim does not need the armed version.
-    let misfire = qiwu_storage::FireClaim {
-        armed_version: None,
-        trigger: Trigger::Misfire,
-        ..claim(&job, t, "w")
-    };
-    assert!(
-        store
-            .fires()
-            .claim(&misfire, &run_start(job.id, Trigger::Misfire, t, "w"))
-            .await
-            .unwrap()
-            .is_some()
-    );
-    assert!(
-        store
-            .fires()
-            .claim(&misfire, &run_start(job.id, Trigger::Misfire, t, "w"))
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert_eq!(
-        run::Entity::find()
-            .all(store.connection())
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-}
-
-async fn fire_runs_finish_and_close(store: Store) {
-    use qiwu_storage::{RunEnd, RunStatus, Trigger};
-    let job = store
-        .jobs()
-        .create(&new_job("retried"), "t", now())
-        .await
-        .unwrap();
-    let t = at(1_764_000_000_000);
-    let (fire_id, run1) = store
-        .fires()
-        .claim(
-            &claim(&job, t, "w"),
-            &run_start(job.id, Trigger::Schedule, t, "w"),
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    let end = RunEnd {
-        status: RunStatus::Failed,
-        finished_at: now() + chrono::Duration::milliseconds(1500),
-        duration_ms: 1500,
-        output: "out".into(),
-        error: "boom".into(),
-    };
-    assert!(store.fires().finish_run(run1, &end).await.unwrap());
-    // A finished run is never rewritten.
-    assert!(
-        !store
-            .fires()
-            .finish_run(
-                run1,
-                &RunEnd {
-                    status: RunStatus::Success,
-                    ..end.clone()
-                }
-            )
-            .await
-            .unwrap()
-    );
-    let row = run::Entity::find_by_id(run1)
-        .one(store.connection())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (row.status.as_str(), row.duration_ms, row.error.as_str()),
-        ("failed", Some(1500), "boom")
-    );
-    let mut second = run_start(job.id, Trigger::Schedule, t, "w");
-    second.attempt = 2;
-    let run2 = store.fires().start_run(fire_id, &second).await.unwrap();
-    let mut other = run_start(job.id, Trigger::Manual, t, "gone");
-    other.attempt = 1;
-    let (_, run3) = store
-        .fires()
-        .claim(
-            &qiwu_storage::FireClaim {
-                trigger: Trigger::Manual,
-                instance: "gone",
-                ..claim(&job, t, "gone")
-            },
-            &other,
-        )
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        store
-            .fires()
-            .close_running(Some(&["gone".to_string()]), "instance lost", now())
-            .await
-            .unwrap(),
-        1
-    );
-    let row = run::Entity::find_by_id(run3)
-        .one(store.connection())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (row.status.as_str(), row.error.as_str()),
-        ("failed", "instance lost")
-    );
-    assert_eq!(
-        store
-            .fires()
-            .close_running(None, "stopped", now())
-            .await
-            .unwrap(),
-        1
-    );
-    assert_eq!(
-        store.fires().runs_of_fire(fire_id).await.unwrap(),
-        vec![(1, "failed".to_string()), (2, "failed".to_string())]
-    );
-    let _ = run2;
-}
-
-async fn fire_manual_pending(store: Store) {
-    let job = store
-        .jobs()
-        .create(&new_job("manual"), "t", now())
-        .await
-        .unwrap();
-    let a = store.fires().create_manual(job.id, now()).await.unwrap();
-    let b = store.fires().create_manual(job.id, now()).await.unwrap();
-    assert_ne!(a, b);
-    let pending = store.fires().pending(10).await.unwrap();
-    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), vec![a, b]);
-    assert!(store.fires().claim_pending(a, "w1", now()).await.unwrap());
-    assert!(!store.fires().claim_pending(a, "w2", now()).await.unwrap());
-    assert_eq!(store.fires().pending(10).await.unwrap().len(), 1);
-    // Taking a pending fire with its first run is one transaction: the
-    // loser writes nothing.
-    let first = run_start(job.id, qiwu_storage::Trigger::Manual, now(), "w1");
-    let (fire, run_id) = store
-        .fires()
-        .claim_pending_with_run(b, "w1", now(), &first)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(fire, b);
-    assert!(
-        store
-            .fires()
-            .claim_pending_with_run(b, "w2", now(), &first)
-            .await
-            .unwrap()
-            .is_none()
-    );
-    assert_eq!(
-        store.fires().runs_of_fire(b).await.unwrap(),
-        vec![(1, "running".to_string())]
-    );
-    assert!(
-        !store
-            .fires()
-            .has_other_running(job.id, run_id)
-            .await
-            .unwrap()
-    );
-    let mut other = first.clone();
-    other.attempt = 2;
-    store.fires().start_run(b, &other).await.unwrap();
-    assert!(
-        store
-            .fires()
-            .has_other_running(job.id, run_id)
-            .await
-            .unwrap()
-    );
-    // Manual fires never count as the last scheduled fire.
-    assert!(store.fires().last_fire_times().await.unwrap().is_empty());
 }
 
 // ---------------------------------------------------------------------------

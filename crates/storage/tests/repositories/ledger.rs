@@ -1,0 +1,528 @@
+//! The fire ledger on all three databases: one record per fire time
+//! whoever writes it, the chain that makes a hole visible, batches whose
+//! claims end differently, and run ends.
+
+use super::*;
+use qiwu_storage::{
+    ClaimContext, ClaimOutcome, EndWritten, FirstRun, ManualClaim, RunEnd, RunStatus, TimeClaim,
+    Trigger,
+};
+use sea_orm::Statement;
+
+scenarios!(
+    ledger_one_instance_wins_each_time,
+    ledger_claims_follow_the_schedule_not_every_edit,
+    ledger_a_gap_is_caught_up_before_the_next_time,
+    ledger_a_catch_up_and_a_timer_collide_on_one_record,
+    ledger_batch_corner_cases,
+    ledger_a_failed_batch_writes_nothing,
+    ledger_ends_in_batches_and_the_real_end_beats_a_sweep,
+    ledger_run_once_requests,
+    ledger_a_job_running_elsewhere_is_skipped,
+    ledger_text_with_nul_is_stored,
+);
+
+/// `n` seconds after 2025-11-24T16:00:00Z; jobs are created at
+/// [`now`], 123 ms after `s(0)`.
+fn s(n: i64) -> DateTime<Utc> {
+    at(1_764_000_000_000 + n * 1000)
+}
+
+fn ctx(instance: &str) -> ClaimContext<'_> {
+    ClaimContext {
+        instance,
+        now: s(100),
+        running_elsewhere: None,
+        job_deleted: "deleted",
+    }
+}
+
+/// The timer fire of second `n` (following second `n - 1`).
+fn timer(job: &JobRecord, n: i64) -> TimeClaim {
+    TimeClaim {
+        job_id: job.id,
+        trigger: Trigger::Schedule,
+        first_at: s(n),
+        scheduled_at: s(n),
+        after: Some(s(n - 1)),
+        schedule_from: job.schedule_from,
+        first: FirstRun::running(),
+    }
+}
+
+/// A catch-up of seconds `first..=last` following `after`.
+fn catch_up(job: &JobRecord, after: i64, first: i64, last: i64) -> TimeClaim {
+    TimeClaim {
+        job_id: job.id,
+        trigger: Trigger::Misfire,
+        first_at: s(first),
+        scheduled_at: s(last),
+        after: Some(s(after)),
+        schedule_from: job.schedule_from,
+        first: FirstRun::skipped("missed"),
+    }
+}
+
+async fn claim_one(store: &Store, claim: TimeClaim, instance: &str) -> ClaimOutcome {
+    let mut outcomes = store
+        .fires()
+        .claim_times(&[claim], &ctx(instance))
+        .await
+        .unwrap();
+    outcomes.pop().unwrap()
+}
+
+fn kind(outcome: &ClaimOutcome) -> &'static str {
+    match outcome {
+        ClaimOutcome::Claimed(_) => "claimed",
+        ClaimOutcome::Taken => "taken",
+        ClaimOutcome::Stale => "stale",
+        ClaimOutcome::Gap => "gap",
+    }
+}
+
+async fn job(store: &Store, name: &str) -> JobRecord {
+    store
+        .jobs()
+        .create(&new_job(name), "t", now())
+        .await
+        .unwrap()
+}
+
+async fn schedule_rows(store: &Store, job_id: i64) -> Vec<fire::Model> {
+    use sea_orm::QueryOrder;
+    fire::Entity::find()
+        .filter(fire::Column::JobId.eq(job_id))
+        .filter(fire::Column::Lane.eq(0))
+        .order_by_asc(fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .unwrap()
+}
+
+async fn run_count(store: &Store) -> usize {
+    run::Entity::find()
+        .all(store.connection())
+        .await
+        .unwrap()
+        .len()
+}
+
+async fn ledger_one_instance_wins_each_time(store: Store) {
+    let job = job(&store, "every second").await;
+    // Eight instances race for the same fire time: exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (store, claim) = (store.clone(), timer(&job, 1));
+        tasks.push(tokio::spawn(async move {
+            let instance = format!("w{i}");
+            claim_one(&store, claim, &instance).await
+        }));
+    }
+    let mut kinds = Vec::new();
+    for task in tasks {
+        kinds.push(kind(&task.await.unwrap()));
+    }
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "claimed", "taken", "taken", "taken", "taken", "taken", "taken", "taken"
+        ]
+    );
+    assert_eq!(run_count(&store).await, 1);
+    // The next second is the next record of the chain.
+    let ClaimOutcome::Claimed(next) = claim_one(&store, timer(&job, 2), "w0").await else {
+        panic!("second 2 was not claimed");
+    };
+    assert_eq!(next.status, RunStatus::Running);
+    assert_eq!(next.job.as_ref().map(|j| j.id), Some(job.id));
+    let rows = schedule_rows(&store, job.id).await;
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1].prev_at, Some(to_ms(s(1))));
+    let tips = store.fires().tips(&[job.id]).await.unwrap();
+    assert_eq!(tips.get(&job.id), Some(&s(2)));
+}
+
+fn to_ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+async fn ledger_claims_follow_the_schedule_not_every_edit(store: Store) {
+    let armed = job(&store, "edited").await;
+    // A remark edit bumps the version but not the schedule: the timer armed
+    // before it still claims, and the fire runs with the edited settings.
+    let mut remark = new_job("edited");
+    remark.remark = "new remark".into();
+    let edited = store
+        .jobs()
+        .update(armed.id, armed.version, &remark, "t", now())
+        .await
+        .unwrap();
+    assert_eq!(edited.schedule_from, armed.schedule_from);
+    let ClaimOutcome::Claimed(claimed) = claim_one(&store, timer(&armed, 1), "w").await else {
+        panic!("a remark edit dropped the fire");
+    };
+    assert_eq!(
+        claimed.job.map(|j| j.remark),
+        Some("new remark".to_string())
+    );
+    // A cron edit starts a new schedule: the old timer claims nothing.
+    let mut cron = remark.clone();
+    cron.cron = "*/5 * * * * *".into();
+    let rescheduled = store
+        .jobs()
+        .update(armed.id, edited.version, &cron, "t", now())
+        .await
+        .unwrap();
+    assert!(rescheduled.schedule_from > armed.schedule_from);
+    assert_eq!(
+        kind(&claim_one(&store, timer(&armed, 2), "w").await),
+        "stale"
+    );
+    // Disabled: nothing, whatever the schedule.
+    let disabled = store
+        .jobs()
+        .set_enabled(armed.id, false, None, "t", now())
+        .await
+        .unwrap();
+    assert_eq!(
+        kind(&claim_one(&store, timer(&disabled, 2), "w").await),
+        "stale"
+    );
+    // Re-enabled: a new schedule again, and nothing at or before its start.
+    let enabled = store
+        .jobs()
+        .set_enabled(armed.id, true, None, "t", s(5))
+        .await
+        .unwrap();
+    assert_eq!(enabled.schedule_from, s(5));
+    assert_eq!(
+        kind(&claim_one(&store, timer(&enabled, 5), "w").await),
+        "stale"
+    );
+    assert_eq!(
+        kind(&claim_one(&store, timer(&enabled, 6), "w").await),
+        "claimed"
+    );
+    // A deleted job: stale.
+    store.jobs().delete(armed.id).await.unwrap();
+    assert_eq!(
+        kind(&claim_one(&store, timer(&enabled, 7), "w").await),
+        "stale"
+    );
+}
+
+async fn ledger_a_gap_is_caught_up_before_the_next_time(store: Store) {
+    let job = job(&store, "gap").await;
+    assert_eq!(
+        kind(&claim_one(&store, timer(&job, 1), "w").await),
+        "claimed"
+    );
+    // Second 2 was never recorded: second 3 cannot be claimed as if it were.
+    assert_eq!(kind(&claim_one(&store, timer(&job, 3), "w").await), "gap");
+    let ClaimOutcome::Claimed(skip) = claim_one(&store, catch_up(&job, 1, 2, 2), "w").await else {
+        panic!("the catch-up was not claimed");
+    };
+    assert_eq!(
+        (skip.status, skip.trigger),
+        (RunStatus::Skipped, Trigger::Misfire)
+    );
+    assert_eq!(
+        kind(&claim_one(&store, timer(&job, 3), "w").await),
+        "claimed"
+    );
+    let rows = schedule_rows(&store, job.id).await;
+    let covered: Vec<(Option<i64>, Option<i64>, i64)> = rows
+        .iter()
+        .map(|r| (r.prev_at, r.first_at, r.scheduled_at))
+        .collect();
+    assert_eq!(
+        covered,
+        [
+            (Some(to_ms(job.updated_at)), Some(to_ms(s(1))), to_ms(s(1))),
+            (Some(to_ms(s(1))), Some(to_ms(s(2))), to_ms(s(2))),
+            (Some(to_ms(s(2))), Some(to_ms(s(3))), to_ms(s(3))),
+        ]
+    );
+    let runs = store.fires().runs_of_fire(rows[1].id).await.unwrap();
+    assert_eq!(runs, [(1, "skipped".to_string())]);
+}
+
+async fn ledger_a_catch_up_and_a_timer_collide_on_one_record(store: Store) {
+    for round in 0..6 {
+        let job = job(&store, &format!("race {round}")).await;
+        assert_eq!(
+            kind(&claim_one(&store, timer(&job, 1), "w").await),
+            "claimed"
+        );
+        // A late peer claims second 2 while another instance records
+        // seconds 2–4 as missed: both follow second 1, one record wins.
+        let (a, b) = tokio::join!(
+            claim_one(&store, timer(&job, 2), "timer"),
+            claim_one(&store, catch_up(&job, 1, 2, 4), "catch-up"),
+        );
+        let mut kinds = [kind(&a), kind(&b)];
+        kinds.sort_unstable();
+        assert!(
+            kinds == ["claimed", "taken"] || kinds == ["claimed", "gap"],
+            "round {round}: {kinds:?}"
+        );
+        assert_eq!(
+            schedule_rows(&store, job.id).await.len(),
+            2,
+            "round {round}"
+        );
+    }
+}
+
+async fn ledger_batch_corner_cases(store: Store) {
+    let fine = job(&store, "fine").await;
+    let disabled = job(&store, "disabled").await;
+    let changed = job(&store, "changed").await;
+    let holed = job(&store, "holed").await;
+    let raced = job(&store, "raced").await;
+    assert_eq!(
+        kind(&claim_one(&store, timer(&fine, 1), "me").await),
+        "claimed"
+    );
+    assert_eq!(
+        kind(&claim_one(&store, timer(&raced, 1), "other").await),
+        "claimed"
+    );
+    store
+        .jobs()
+        .set_enabled(disabled.id, false, None, "t", now())
+        .await
+        .unwrap();
+    let mut edit = new_job("changed");
+    edit.cron = "*/2 * * * * *".into();
+    store
+        .jobs()
+        .update(changed.id, changed.version, &edit, "t", now())
+        .await
+        .unwrap();
+    let batch = [
+        timer(&fine, 2),
+        timer(&disabled, 1),
+        timer(&changed, 1),
+        timer(&holed, 2),
+        timer(&raced, 1),
+    ];
+    let outcomes = store.fires().claim_times(&batch, &ctx("me")).await.unwrap();
+    let kinds: Vec<&str> = outcomes.iter().map(kind).collect();
+    assert_eq!(kinds, ["claimed", "stale", "stale", "gap", "taken"]);
+    // Only the claimed one wrote a run; the others wrote nothing.
+    assert_eq!(run_count(&store).await, 3);
+}
+
+async fn ledger_a_failed_batch_writes_nothing(store: Store) {
+    let a = job(&store, "a").await;
+    let b = job(&store, "b").await;
+    let db = store.connection();
+    let rename = |from: &str, to: &str| {
+        Statement::from_string(
+            db.get_database_backend(),
+            format!("ALTER TABLE {from} RENAME TO {to}"),
+        )
+    };
+    db.execute_raw(rename("runs", "runs_away")).await.unwrap();
+    let failed = store
+        .fires()
+        .claim_times(&[timer(&a, 1), timer(&b, 1)], &ctx("w"))
+        .await;
+    db.execute_raw(rename("runs_away", "runs")).await.unwrap();
+    assert!(failed.is_err(), "{failed:?}");
+    // The fires rows went with the failed transaction: nothing is claimed,
+    // so the same claims succeed now.
+    assert!(schedule_rows(&store, a.id).await.is_empty());
+    let outcomes = store
+        .fires()
+        .claim_times(&[timer(&a, 1), timer(&b, 1)], &ctx("w"))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes.iter().map(kind).collect::<Vec<_>>(),
+        ["claimed", "claimed"]
+    );
+}
+
+fn end(status: RunStatus, output: &str) -> RunEnd {
+    RunEnd {
+        status,
+        finished_at: s(3),
+        duration_ms: 1500,
+        output: output.to_string(),
+        error: String::new(),
+    }
+}
+
+async fn ledger_ends_in_batches_and_the_real_end_beats_a_sweep(store: Store) {
+    let mut runs = Vec::new();
+    for name in ["e1", "e2", "e3", "e4"] {
+        let job = job(&store, name).await;
+        let ClaimOutcome::Claimed(c) = claim_one(&store, timer(&job, 1), name).await else {
+            panic!("not claimed");
+        };
+        runs.push(c.run_id);
+    }
+    let ends = vec![
+        (runs[0], end(RunStatus::Success, "one")),
+        (runs[1], end(RunStatus::Failed, &"日志".repeat(8000))),
+        (runs[2], end(RunStatus::Timeout, "")),
+    ];
+    let written = store.fires().finish_runs(&ends).await.unwrap();
+    assert_eq!(written, [EndWritten::Recorded; 3]);
+    // A finished run is never rewritten.
+    assert_eq!(
+        store.fires().finish_runs(&ends).await.unwrap(),
+        [EndWritten::NoRow; 3]
+    );
+    // Another instance closed run 4 as lost; its real end still wins.
+    let closed = store
+        .fires()
+        .close_running(Some(&["e4".to_string()]), "lost", s(2), true)
+        .await
+        .unwrap();
+    assert_eq!(closed, 1);
+    assert_eq!(
+        store
+            .fires()
+            .finish_run(runs[3], &end(RunStatus::Success, "real"))
+            .await
+            .unwrap(),
+        EndWritten::Recorded
+    );
+    let row = run::Entity::find_by_id(runs[3])
+        .one(store.connection())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.output.as_str()),
+        ("success", "real")
+    );
+    assert!(row.swept_at.is_some());
+    let row = run::Entity::find_by_id(runs[1])
+        .one(store.connection())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.duration_ms),
+        ("failed", Some(1500))
+    );
+    assert_eq!(row.output.chars().count(), 16_000);
+}
+
+async fn ledger_run_once_requests(store: Store) {
+    let job = job(&store, "manual").await;
+    let a = store.fires().create_manual(job.id, now()).await.unwrap();
+    let b = store.fires().create_manual(job.id, now()).await.unwrap();
+    assert_ne!(a, b);
+    assert_eq!(store.fires().pending_count(job.id).await.unwrap(), 2);
+    let pending = store.fires().pending(10).await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), [a, b]);
+    // Two instances take the same requests: each request runs once.
+    let claims: Vec<ManualClaim> = [a, b]
+        .iter()
+        .map(|&fire_id| ManualClaim {
+            fire_id,
+            first: FirstRun::running(),
+        })
+        .collect();
+    let (fires, ctx1, ctx2) = (store.fires(), ctx("w1"), ctx("w2"));
+    let (one, two) = tokio::join!(
+        fires.claim_manual(&claims, &ctx1),
+        fires.claim_manual(&claims, &ctx2),
+    );
+    let claimed = one
+        .unwrap()
+        .iter()
+        .chain(two.unwrap().iter())
+        .filter(|o| matches!(o, ClaimOutcome::Claimed(_)))
+        .count();
+    assert_eq!(claimed, 2);
+    assert_eq!(store.fires().pending_count(job.id).await.unwrap(), 0);
+    // A request whose job was deleted meanwhile is recorded failed.
+    let c = store.fires().create_manual(job.id, now()).await.unwrap();
+    store.jobs().delete(job.id).await.unwrap();
+    let outcome = store
+        .fires()
+        .claim_manual(
+            &[ManualClaim {
+                fire_id: c,
+                first: FirstRun::running(),
+            }],
+            &ctx("w1"),
+        )
+        .await
+        .unwrap();
+    let Some(ClaimOutcome::Claimed(orphan)) = outcome.first() else {
+        panic!("{outcome:?}");
+    };
+    assert!(orphan.job.is_none());
+    assert_eq!(orphan.status, RunStatus::Failed);
+    assert_eq!(
+        store.fires().runs_of_fire(c).await.unwrap(),
+        [(1, "failed".to_string())]
+    );
+    // Run-once requests never count as the schedule's records.
+    assert!(store.fires().tips(&[job.id]).await.unwrap().is_empty());
+}
+
+async fn ledger_a_job_running_elsewhere_is_skipped(store: Store) {
+    let serial = job(&store, "serial").await;
+    let mut parallel_job = new_job("parallel");
+    parallel_job.allow_concurrent = true;
+    let parallel = store
+        .jobs()
+        .create(&parallel_job, "t", now())
+        .await
+        .unwrap();
+    for job in [&serial, &parallel] {
+        assert_eq!(
+            kind(&claim_one(&store, timer(job, 1), "w1").await),
+            "claimed"
+        );
+    }
+    let guarded = ClaimContext {
+        running_elsewhere: Some("busy elsewhere"),
+        ..ctx("w2")
+    };
+    let outcomes = store
+        .fires()
+        .claim_times(&[timer(&serial, 2), timer(&parallel, 2)], &guarded)
+        .await
+        .unwrap();
+    let statuses: Vec<RunStatus> = outcomes
+        .iter()
+        .map(|o| match o {
+            ClaimOutcome::Claimed(c) => c.status,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(statuses, [RunStatus::Skipped, RunStatus::Running]);
+}
+
+async fn ledger_text_with_nul_is_stored(store: Store) {
+    let job = job(&store, "nul").await;
+    let ClaimOutcome::Claimed(c) = claim_one(&store, timer(&job, 1), "w").await else {
+        panic!("not claimed");
+    };
+    let mut with_nul = end(RunStatus::Failed, "a\0b");
+    with_nul.error = "boom\0".into();
+    assert_eq!(
+        store.fires().finish_run(c.run_id, &with_nul).await.unwrap(),
+        EndWritten::Recorded
+    );
+    let row = run::Entity::find_by_id(c.run_id)
+        .one(store.connection())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.output.as_str(), row.error.as_str()),
+        ("a\u{FFFD}b", "boom\u{FFFD}")
+    );
+}
