@@ -7,6 +7,7 @@ pub mod dispatch;
 mod echo;
 pub mod purge;
 pub mod remote;
+pub mod signing;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -148,11 +149,12 @@ pub fn builtin_catalog() -> Result<HandlerCatalog, HandlerError> {
 }
 
 /// The built-in handlers with their implementations. `webhook_secret` is
-/// `QIWU_WEBHOOK_SECRET`, read once at start-up: `notify.dispatch` signs
-/// every delivery with it and sends nothing without it.
+/// `QIWU_WEBHOOK_SECRET` with `QIWU_WEBHOOK_PREVIOUS_SECRETS`, read once at
+/// start-up: `notify.dispatch` signs every delivery with them and sends
+/// nothing without them.
 pub fn builtin_registry(
     store: Store,
-    webhook_secret: Option<String>,
+    webhook_secret: Option<signing::SigningSecrets>,
 ) -> Result<Registry, HandlerError> {
     Registry::new([
         (demo_echo()?, Arc::new(echo::Echo) as Arc<dyn Handler>),
