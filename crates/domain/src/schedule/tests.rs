@@ -1,0 +1,1 @@
+//! Schedules: calendars deciding the days, active windows, jitter.
