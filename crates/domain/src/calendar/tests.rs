@@ -252,6 +252,9 @@ fn data(entries: &[(i32, &str)]) -> String {
         .collect()
 }
 
+/// Whether an error is the one a case expects.
+type IsExpected = fn(&DataError) -> bool;
+
 const HOLIDAY: &str = "[[years.holidays]]\nname = \"元旦\"\nname_en = \"New Year's Day\"\n";
 
 #[test]
@@ -262,7 +265,7 @@ fn data_file_rules_reject_each_mistake() {
     )]);
     assert!(builtin::parse("x", Label::default(), &ok).is_ok());
 
-    let cases: Vec<(String, fn(&DataError) -> bool)> = vec![
+    let cases: Vec<(String, IsExpected)> = vec![
         (String::new(), |e| matches!(e, DataError::Toml(_))),
         ("years = []".into(), |e| matches!(e, DataError::Empty)),
         (
