@@ -159,8 +159,9 @@ pub fn time_rule_defaults() -> Map<String, Value> {
     map
 }
 
-/// A job's time rules (issue 11) that passed every check.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A job's time rules (issue 11) that passed every check. The default is
+/// today's behaviour: no calendar, window, limit or jitter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TimeRules {
     /// The calendar's code, with `calendar_rule` set too.
     pub calendar: Option<String>,
@@ -172,20 +173,6 @@ pub struct TimeRules {
     /// After this many successful scheduled fires the job disables itself.
     pub max_runs: Option<i64>,
     pub jitter_ms: i64,
-}
-
-impl Default for TimeRules {
-    fn default() -> Self {
-        TimeRules {
-            calendar: None,
-            calendar_rule: None,
-            misfire_grace_ms: 0,
-            active_from: None,
-            active_until: None,
-            max_runs: None,
-            jitter_ms: 0,
-        }
-    }
 }
 
 impl TimeRules {
@@ -454,7 +441,7 @@ fn time_rules(
     let jitter_ms = v.integer("jitterMs", 0, MAX_JITTER_MS);
 
     let calendar = calendar.and_then(|c| match c {
-        Some(code) if !calendars.iter().any(|known| *known == code) => {
+        Some(code) if !calendars.contains(&code) => {
             errors.push(FieldError::new(
                 "calendar",
                 JobProblem::UnknownCalendar(code),
