@@ -20,8 +20,10 @@ pub const MAX_CODE_CHARS: usize = 64;
 pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_DESCRIPTION_CHARS: usize = 500;
 pub const MAX_DATE_NAME_CHARS: usize = 64;
-/// Most dates one calendar lists: every day of ten years and then some.
-pub const MAX_DATES: usize = 5_000;
+/// Most dates one calendar lists: a calendar lists the exceptions to the
+/// plain week, and 2 000 is decades of them (and a body that fits the
+/// API's 256 KiB limit).
+pub const MAX_DATES: usize = 2_000;
 
 /// Fields of a new calendar; an update sends the same without `code` but
 /// with `version`.
