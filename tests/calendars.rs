@@ -356,6 +356,7 @@ async fn preview_of_a_payroll_job_over_the_spring_festival() {
     .await;
     assert_eq!(status, StatusCode::OK, "{preview}");
     assert_eq!(preview["valid"], true);
+    assert_eq!(preview["description"], "At 10:00:00, every day");
     assert_eq!(
         preview["nextFireTimes"],
         json!([
