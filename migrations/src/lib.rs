@@ -15,6 +15,7 @@ use sea_orm_migration::prelude::*;
 pub use sea_orm_migration::MigratorTrait;
 
 mod m20251129_000001_initial;
+mod m20261130_000002_calendars;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
 pub struct Migrator;
@@ -22,6 +23,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20251129_000001_initial::Migration)]
+        vec![
+            Box::new(m20251129_000001_initial::Migration),
+            Box::new(m20261130_000002_calendars::Migration),
+        ]
     }
 }
