@@ -21,11 +21,17 @@ pub struct Config {
     pub database_is_default: bool,
     pub redis_url: Option<String>,
     pub jwt_secret: Option<String>,
+    /// `QIWU_JWT_PREVIOUS_SECRETS`: secrets tokens are still accepted with
+    /// (never signed with) while `QIWU_JWT_SECRET` is rotated.
+    pub jwt_previous_secrets: Vec<String>,
     pub timezone: Tz,
     pub instance_id: String,
     /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
     /// deliveries with; without it nothing is delivered.
     pub webhook_secret: Option<String>,
+    /// `QIWU_WEBHOOK_PREVIOUS_SECRETS`: deliveries are signed with these
+    /// too while `QIWU_WEBHOOK_SECRET` is rotated.
+    pub webhook_previous_secrets: Vec<String>,
     /// `QIWU_CONFIG`: the file that declares handlers in other services
     /// (read by `serve`, `api` and `worker`; see `config_file`).
     pub config_file: Option<PathBuf>,
@@ -115,6 +121,21 @@ impl Config {
         {
             bail!("QIWU_WEBHOOK_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
+        let jwt_previous_secrets = previous_secrets(
+            "QIWU_JWT_PREVIOUS_SECRETS",
+            var("QIWU_JWT_PREVIOUS_SECRETS")?.as_deref(),
+            ("QIWU_JWT_SECRET", jwt_secret.as_deref()),
+        )?;
+        let webhook_previous_secrets = previous_secrets(
+            "QIWU_WEBHOOK_PREVIOUS_SECRETS",
+            var("QIWU_WEBHOOK_PREVIOUS_SECRETS")?.as_deref(),
+            ("QIWU_WEBHOOK_SECRET", webhook_secret.as_deref()),
+        )?;
+        if !webhook_previous_secrets.is_empty() && webhook_secret.is_none() {
+            bail!(
+                "QIWU_WEBHOOK_PREVIOUS_SECRETS is set but QIWU_WEBHOOK_SECRET is not: deliveries are signed with the current secret first"
+            );
+        }
         let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
         let misfire_threshold = std::time::Duration::from_millis(ranged(
             "QIWU_MISFIRE_THRESHOLD_MS",
@@ -130,9 +151,11 @@ impl Config {
             database_is_default,
             redis_url,
             jwt_secret,
+            jwt_previous_secrets,
             timezone,
             instance_id,
             webhook_secret,
+            webhook_previous_secrets,
             config_file,
             misfire_threshold,
             max_in_flight,
@@ -170,6 +193,60 @@ impl Config {
         }
         let path = Path::new(DATA_DIR).join(SECRET_FILE);
         read_or_create_secret(&path)
+    }
+}
+
+/// The comma-separated secrets of `name` (`text`, already trimmed), each
+/// trimmed and at least 16 characters, none equal to the current secret
+/// (`current`: its variable and value) nor repeated. Every bad entry is
+/// named by its position; no secret is ever echoed.
+pub fn previous_secrets(
+    name: &str,
+    text: Option<&str>,
+    current: (&str, Option<&str>),
+) -> anyhow::Result<Vec<String>> {
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    check_previous(text.split(',').map(str::trim), current).map_err(|problems| {
+        anyhow::anyhow!(
+            "{name} (comma-separated secrets) is invalid: {}",
+            problems.join("; ")
+        )
+    })
+}
+
+/// Checks previous secrets one by one (see [`previous_secrets`]); either
+/// all are fine or every problem is returned, each naming its entry.
+pub fn check_previous<'a>(
+    entries: impl Iterator<Item = &'a str>,
+    current: (&str, Option<&str>),
+) -> Result<Vec<String>, Vec<String>> {
+    let mut problems = Vec::new();
+    let mut secrets: Vec<String> = Vec::new();
+    for (index, entry) in entries.enumerate() {
+        let number = index + 1;
+        let chars = entry.chars().count();
+        if entry.is_empty() {
+            problems.push(format!("entry {number} is empty"));
+        } else if chars < MIN_SECRET_LEN {
+            problems.push(format!(
+                "entry {number} has {chars} characters; at least {MIN_SECRET_LEN} are needed"
+            ));
+        } else if Some(entry) == current.1 {
+            problems.push(format!(
+                "entry {number} equals {}: a previous secret must be the one it replaced",
+                current.0
+            ));
+        } else if let Some(first) = secrets.iter().position(|s| s == entry) {
+            problems.push(format!("entry {number} repeats entry {}", first + 1));
+        }
+        secrets.push(entry.to_owned());
+    }
+    if problems.is_empty() {
+        Ok(secrets)
+    } else {
+        Err(problems)
     }
 }
 
@@ -246,4 +323,54 @@ fn host_name() -> String {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CURRENT: (&str, Option<&str>) = ("QIWU_JWT_SECRET", Some("current-secret-0123"));
+
+    #[test]
+    fn previous_secrets_are_checked_entry_by_entry() {
+        let ok = [
+            (None, vec![]),
+            (Some("old-secret-0123456"), vec!["old-secret-0123456"]),
+            (
+                Some(" old-secret-0123456 , older-secret-0123456"),
+                vec!["old-secret-0123456", "older-secret-0123456"],
+            ),
+        ];
+        for (text, expected) in ok {
+            let got = previous_secrets("QIWU_JWT_PREVIOUS_SECRETS", text, CURRENT).expect("valid");
+            assert_eq!(got, expected, "{text:?}");
+        }
+        let bad = [
+            ("short", "entry 1 has 5 characters; at least 16 are needed"),
+            ("old-secret-0123456,", "entry 2 is empty"),
+            (
+                "old-secret-0123456,current-secret-0123",
+                "entry 2 equals QIWU_JWT_SECRET",
+            ),
+            (
+                "old-secret-0123456,old-secret-0123456",
+                "entry 2 repeats entry 1",
+            ),
+            (
+                "tiny,,old-secret-0123456",
+                "entry 1 has 4 characters; at least 16 are needed; entry 2 is empty",
+            ),
+        ];
+        for (text, expected) in bad {
+            let err = previous_secrets("QIWU_JWT_PREVIOUS_SECRETS", Some(text), CURRENT)
+                .expect_err(text)
+                .to_string();
+            assert!(
+                err.starts_with("QIWU_JWT_PREVIOUS_SECRETS (comma-separated secrets) is invalid: "),
+                "{err}"
+            );
+            assert!(err.contains(expected), "{text:?}: {err}");
+            assert!(!err.contains("secret-0123"), "no secret echoed: {err}");
+        }
+    }
 }

@@ -28,6 +28,9 @@ pub struct RemoteDeclaration {
     pub url: Url,
     /// The signing secret itself, never printed.
     pub secret: String,
+    /// Secrets calls are also signed with while `secret` is rotated
+    /// (`previous_secrets_env` or `previous_secrets`), never printed.
+    pub previous_secrets: Vec<String>,
 }
 
 /// One `[[handlers]]` entry as written.
@@ -48,6 +51,14 @@ struct HandlerEntry {
     /// The secret inline; `secret_env` keeps it out of the reviewed file.
     #[serde(default)]
     secret: Option<String>,
+    /// The name of an environment variable holding the secrets `secret`
+    /// replaced, comma-separated; unset or empty means none, so the file
+    /// need not change during a rotation.
+    #[serde(default)]
+    previous_secrets_env: Option<String>,
+    /// The previous secrets inline.
+    #[serde(default)]
+    previous_secrets: Option<Vec<String>>,
     /// JSON text of the params JSON Schema.
     #[serde(default)]
     params_schema: Option<String>,
@@ -174,6 +185,14 @@ fn check(
     let secret = check_secret(entry.secret, entry.secret_env, env)
         .map_err(|w| wrong.push(w))
         .ok();
+    let previous = check_previous_secrets(
+        entry.previous_secrets,
+        entry.previous_secrets_env,
+        secret.as_deref(),
+        env,
+    )
+    .map_err(|w| wrong.extend(w))
+    .ok();
     let schema = entry.params_schema.as_deref().unwrap_or(DEFAULT_SCHEMA);
     let descriptor = match serde_json::from_str::<Value>(schema) {
         Err(e) => {
@@ -198,12 +217,15 @@ fn check(
             .ok()
         }
     };
-    match (descriptor, url, secret) {
-        (Some(descriptor), Some(url), Some(secret)) if wrong.is_empty() => Ok(RemoteDeclaration {
-            descriptor,
-            url,
-            secret,
-        }),
+    match (descriptor, url, secret, previous) {
+        (Some(descriptor), Some(url), Some(secret), Some(previous_secrets)) if wrong.is_empty() => {
+            Ok(RemoteDeclaration {
+                descriptor,
+                url,
+                secret,
+                previous_secrets,
+            })
+        }
         _ => Err(wrong),
     }
 }
@@ -257,6 +279,43 @@ fn check_secret(
     Ok(secret)
 }
 
+/// The previous signing secrets, from `previous_secrets_env` (a variable
+/// holding them comma-separated; unset or empty is none) or inline, at most
+/// one of the two; each checked like `QIWU_JWT_PREVIOUS_SECRETS`.
+fn check_previous_secrets(
+    inline: Option<Vec<String>>,
+    from_env: Option<String>,
+    current: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<String>, Vec<String>> {
+    let (entries, source): (Vec<String>, String) = match (inline, from_env) {
+        (Some(_), Some(_)) => {
+            return Err(vec![
+                "both previous_secrets and previous_secrets_env are set; keep one".to_owned(),
+            ]);
+        }
+        (None, None) => return Ok(Vec::new()),
+        (Some(inline), None) => (inline, "previous_secrets".to_owned()),
+        (None, Some(var)) => match env(&var).map(|v| v.trim().to_owned()) {
+            Some(text) if !text.is_empty() => (
+                text.split(',').map(|s| s.trim().to_owned()).collect(),
+                format!("previous_secrets_env names {var}, whose"),
+            ),
+            _ => return Ok(Vec::new()),
+        },
+    };
+    crate::config::check_previous(
+        entries.iter().map(|s| s.trim()),
+        ("the current secret", current),
+    )
+    .map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| format!("{source} {p}"))
+            .collect()
+    })
+}
+
 /// A descriptor's refusal in the words of this file.
 fn schema_problem(e: HandlerError) -> String {
     match e {
@@ -284,6 +343,10 @@ mod tests {
             "QIWU_SECRET_SESSIONS" => Some(format!("  {SECRET}\n")),
             "QIWU_SECRET_SHORT" => Some("tiny-secret".into()),
             "QIWU_SECRET_BLANK" => Some("   ".into()),
+            "QIWU_SECRET_SESSIONS_PREVIOUS" => {
+                Some(" old-sessions-secret-01, older-sessions-secret-01 ".into())
+            }
+            "QIWU_SECRET_PREVIOUS_SHORT" => Some("old-sessions-secret-01,tiny".into()),
             _ => None,
         }
     }
@@ -358,6 +421,33 @@ params_schema = '''{"type":"object","properties":{"batch":{"type":"integer","def
         let inline = inline.replace("secret_env = \"QIWU_SECRET_SESSIONS\"\n", "");
         let declared = parse(&inline, &compiled(), &env).unwrap_or_else(|p| panic!("{p:#?}"));
         assert_eq!(declared[0].secret, "inline-secret-0123456789");
+        assert!(declared[0].previous_secrets.is_empty());
+    }
+
+    #[test]
+    fn previous_secrets_come_from_a_variable_or_inline() {
+        let from_env = entry(
+            "wf.task.remind",
+            "previous_secrets_env = \"QIWU_SECRET_SESSIONS_PREVIOUS\"",
+        );
+        let declared = parse(&from_env, &compiled(), &env).unwrap_or_else(|p| panic!("{p:#?}"));
+        assert_eq!(
+            declared[0].previous_secrets,
+            ["old-sessions-secret-01", "older-sessions-secret-01"]
+        );
+        // An unset variable means no rotation is under way.
+        let unset = entry(
+            "wf.task.remind",
+            "previous_secrets_env = \"QIWU_SECRET_NONE\"",
+        );
+        let declared = parse(&unset, &compiled(), &env).unwrap_or_else(|p| panic!("{p:#?}"));
+        assert!(declared[0].previous_secrets.is_empty());
+        let inline = entry(
+            "wf.task.remind",
+            "previous_secrets = [\"old-sessions-secret-01\"]",
+        );
+        let declared = parse(&inline, &compiled(), &env).unwrap_or_else(|p| panic!("{p:#?}"));
+        assert_eq!(declared[0].previous_secrets, ["old-sessions-secret-01"]);
     }
 
     #[test]
@@ -447,6 +537,33 @@ params_schema = '''{"type":"object","properties":{"batch":{"type":"integer","def
                 entry("wf.task.remind", "secret_env = \"QIWU_SECRET_SHORT\""),
                 "[[handlers]] entry 1 (wf.task.remind)",
                 "the secret in QIWU_SECRET_SHORT has 11 characters; at least 16 are needed",
+            ),
+            (
+                entry(
+                    "wf.task.remind",
+                    "previous_secrets_env = \"QIWU_SECRET_PREVIOUS_SHORT\"",
+                ),
+                "[[handlers]] entry 1 (wf.task.remind)",
+                "previous_secrets_env names QIWU_SECRET_PREVIOUS_SHORT, whose entry 2 has 4 characters; at least 16 are needed",
+            ),
+            (
+                entry(
+                    "wf.task.remind",
+                    &format!("previous_secrets = [\"{SECRET}\"]"),
+                ),
+                "[[handlers]] entry 1 (wf.task.remind)",
+                "previous_secrets entry 1 equals the current secret",
+            ),
+            (
+                format!(
+                    "{}previous_secrets_env = \"QIWU_SECRET_SESSIONS_PREVIOUS\"\n",
+                    entry(
+                        "wf.task.remind",
+                        "previous_secrets = [\"old-sessions-secret-01\"]"
+                    )
+                ),
+                "[[handlers]] entry 1 (wf.task.remind)",
+                "both previous_secrets and previous_secrets_env are set",
             ),
             (
                 entry("wf.task.remind", "params_schema = '{\"type\": '"),

@@ -4,6 +4,7 @@
 
 mod config;
 mod config_file;
+mod healthcheck;
 mod run;
 
 use anyhow::Context;
@@ -36,6 +37,13 @@ enum Command {
     Migrate,
     /// Prints the OpenAPI document.
     Openapi,
+    /// Probes the instance on QIWU_LISTEN (/healthz, or /readyz with
+    /// --ready) and exits 0 when it answers 200: for container health checks.
+    Healthcheck {
+        /// Ask /readyz (database, Redis, clock usable) instead of /healthz.
+        #[arg(long)]
+        ready: bool,
+    },
     /// Mints a JWT signed with the configured secret.
     Token {
         /// The subject (user id).
@@ -92,6 +100,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Openapi => {
             print!("{}", qiwu_api::openapi_json());
             Ok(())
+        }
+        Command::Healthcheck { ready } => {
+            let config = Config::from_env()?;
+            let path = if ready { "/readyz" } else { "/healthz" };
+            healthcheck::check(config.listen, path)
         }
         Command::Token {
             sub,

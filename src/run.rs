@@ -162,9 +162,23 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         Some(c) => c.clock.clone(),
         None => std::sync::Arc::new(SystemClock),
     };
+    let webhook_secrets = config.webhook_secret.clone().map(|current| {
+        qiwu_scheduler_worker::handlers::signing::SigningSecrets::new(
+            current,
+            config.webhook_previous_secrets.clone(),
+        )
+    });
+    if let Some(secrets) = &webhook_secrets
+        && secrets.previous_count() > 0
+    {
+        tracing::info!(
+            previous = secrets.previous_count(),
+            "webhook deliveries also carry a signature per QIWU_WEBHOOK_PREVIOUS_SECRETS entry"
+        );
+    }
     let registry = qiwu_scheduler_worker::handlers::builtin_registry(
         store.clone(),
-        config.webhook_secret.clone(),
+        webhook_secrets,
         clock.clone(),
     )
     .context("the built-in handler registry is invalid")?
@@ -237,9 +251,18 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     };
     let keys = match role {
         Role::Worker => None,
-        _ => Some(JwtKeys::from_secret(
-            config.jwt_secret_or_file()?.as_bytes(),
-        )?),
+        _ => {
+            if !config.jwt_previous_secrets.is_empty() {
+                tracing::info!(
+                    previous = config.jwt_previous_secrets.len(),
+                    "tokens signed with a QIWU_JWT_PREVIOUS_SECRETS entry are still accepted"
+                );
+            }
+            Some(
+                JwtKeys::from_secret(config.jwt_secret_or_file()?.as_bytes())?
+                    .with_previous(&config.jwt_previous_secrets)?,
+            )
+        }
     };
     let state = keys.as_ref().map(|keys| AppState {
         store: store.clone(),
@@ -363,16 +386,23 @@ fn remote_handlers(
     declared: Vec<config_file::RemoteDeclaration>,
 ) -> anyhow::Result<Vec<RemoteEntry>> {
     use qiwu_scheduler_worker::handlers::remote::{RemoteHandler, client};
+    use qiwu_scheduler_worker::handlers::signing::SigningSecrets;
     if declared.is_empty() {
         return Ok(Vec::new());
     }
     let client = client()?;
     let mut entries: Vec<RemoteEntry> = Vec::with_capacity(declared.len());
     for d in declared {
-        let handler = RemoteHandler::new(d.url, d.secret, client.clone());
+        let previous = d.previous_secrets.len();
+        let handler = RemoteHandler::new(
+            d.url,
+            SigningSecrets::new(d.secret, d.previous_secrets),
+            client.clone(),
+        );
         tracing::info!(
             handler = %d.descriptor.name,
             host = %handler.host(),
+            previous_secrets = previous,
             "handler in another service declared in QIWU_CONFIG"
         );
         entries.push((d.descriptor, std::sync::Arc::new(handler)));

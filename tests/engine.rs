@@ -280,7 +280,10 @@ async fn a_missing_handler_fails_without_retry() {
             .expect("update");
     }
     run_once(&server, job).await;
-    let runs = wait_for_runs(&store, job, LIMIT, |runs| !runs.is_empty()).await;
+    let runs = wait_for_runs(&store, job, LIMIT, |runs| {
+        runs.first().is_some_and(|r| r.status != "running")
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let runs_after = runs_of(&store, job).await;
     assert_eq!(runs_after.len(), 1, "never retried: {runs_after:#?}");

@@ -133,3 +133,44 @@ fn token_command_mints_a_working_token() {
         .expect("run");
     assert!(!out.status.success());
 }
+
+/// Runs `qiwu-scheduler healthcheck` with `args` against `listen`.
+fn healthcheck(listen: &str, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("healthcheck")
+        .args(args)
+        .env_clear()
+        .env("QIWU_LISTEN", listen)
+        .output()
+        .expect("run healthcheck")
+}
+
+#[tokio::test]
+async fn healthcheck_probes_the_instance_on_qiwu_listen() {
+    let server = Server::start();
+    let listen = server
+        .base
+        .strip_prefix("http://")
+        .expect("an http URL")
+        .to_owned();
+    let port = listen.rsplit(':').next().expect("a port").to_owned();
+    // The address a container listens on (all interfaces) is probed on
+    // loopback; /healthz by default, /readyz with --ready.
+    for (address, args) in [
+        (listen.clone(), &[][..]),
+        (format!("0.0.0.0:{port}"), &[][..]),
+        (listen.clone(), &["--ready"][..]),
+    ] {
+        let out = healthcheck(&address, args);
+        assert!(out.status.success(), "{address} {args:?}: {out:?}");
+    }
+    drop(server);
+    // Nothing listens any more: exit 1, naming the variable.
+    let out = healthcheck(&listen, &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("nothing answers on QIWU_LISTEN={listen}")),
+        "{stderr}"
+    );
+}

@@ -15,7 +15,8 @@ use sea_orm_migration::prelude::*;
 pub use sea_orm_migration::MigratorTrait;
 
 mod m20251129_000001_initial;
-mod m20261130_000002_fire_chain;
+mod m20261130_000002_calendars;
+mod m20261130_000003_fire_chain;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
 pub struct Migrator;
@@ -25,7 +26,8 @@ impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
             Box::new(m20251129_000001_initial::Migration),
-            Box::new(m20261130_000002_fire_chain::Migration),
+            Box::new(m20261130_000002_calendars::Migration),
+            Box::new(m20261130_000003_fire_chain::Migration),
         ]
     }
 }

@@ -1,7 +1,7 @@
 //! Writing the audit log (SPEC §9): who created, modified, enabled or
 //! disabled, deleted, exported or ran a job, and who deleted, cleared or
-//! exported runs, with before/after values, and who created or revoked an
-//! API key. Handlers call [`record`] right after their change succeeded, in
+//! exported runs, with before/after values, who created or revoked an
+//! API key, and who created, changed or deleted a calendar. Handlers call [`record`] right after their change succeeded, in
 //! the same request.
 
 use chrono::Utc;
@@ -32,10 +32,13 @@ pub enum Action {
     TemplateModify,
     ApiKeyCreate,
     ApiKeyRevoke,
+    CalendarCreate,
+    CalendarModify,
+    CalendarDelete,
 }
 
 impl Action {
-    pub const ALL: [Action; 14] = [
+    pub const ALL: [Action; 17] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -50,6 +53,9 @@ impl Action {
         Action::TemplateModify,
         Action::ApiKeyCreate,
         Action::ApiKeyRevoke,
+        Action::CalendarCreate,
+        Action::CalendarModify,
+        Action::CalendarDelete,
     ];
 
     pub fn code(self) -> &'static str {
@@ -68,6 +74,9 @@ impl Action {
             Action::TemplateModify => qiwu_storage::TEMPLATE_MODIFY_ACTION,
             Action::ApiKeyCreate => "apikey.create",
             Action::ApiKeyRevoke => "apikey.revoke",
+            Action::CalendarCreate => "calendar.create",
+            Action::CalendarModify => "calendar.modify",
+            Action::CalendarDelete => "calendar.delete",
         }
     }
 
@@ -92,6 +101,9 @@ impl Action {
             Action::TemplateModify => ("修改站内信模板", "Modify notification template"),
             Action::ApiKeyCreate => ("创建 API 密钥", "Create API key"),
             Action::ApiKeyRevoke => ("吊销 API 密钥", "Revoke API key"),
+            Action::CalendarCreate => ("创建日历", "Create calendar"),
+            Action::CalendarModify => ("修改日历", "Modify calendar"),
+            Action::CalendarDelete => ("删除日历", "Delete calendar"),
         };
         lang.pick(zh, en)
     }
@@ -105,15 +117,17 @@ pub enum Target {
     Setting,
     Template,
     ApiKey,
+    Calendar,
 }
 
 impl Target {
-    pub const ALL: [Target; 5] = [
+    pub const ALL: [Target; 6] = [
         Target::Job,
         Target::Run,
         Target::Setting,
         Target::Template,
         Target::ApiKey,
+        Target::Calendar,
     ];
 
     pub fn code(self) -> &'static str {
@@ -123,6 +137,7 @@ impl Target {
             Target::Setting => qiwu_storage::SETTING_TARGET,
             Target::Template => qiwu_storage::TEMPLATE_TARGET,
             Target::ApiKey => "apikey",
+            Target::Calendar => "calendar",
         }
     }
 }

@@ -304,11 +304,13 @@ pub struct AuditDto {
     pub actor: String,
     /// `job.create`, `job.modify`, `job.enable`, `job.disable`, `job.delete`,
     /// `job.export`, `job.run`, `run.delete`, `run.clear`, `run.export`,
-    /// Such as `job.create`, `setting.modify` or `apikey.revoke`.
+    /// `setting.modify`, `template.modify`, `apikey.create`, `apikey.revoke`,
+    /// `calendar.create`, `calendar.modify`, `calendar.delete`.
     pub action: String,
     /// The action in the request's language.
     pub action_label: String,
-    /// `job`, `run`, `setting`, `notification_template` or `apikey`.
+    /// `job`, `run`, `setting`, `notification_template`, `apikey` or
+    /// `calendar`.
     pub target_type: String,
     /// Null for actions on many objects (export, clear, batch delete of runs).
     pub target_id: Option<String>,
@@ -485,6 +487,15 @@ pub struct CronPreviewRequest {
     pub from: Option<DateTime<FixedOffset>>,
     /// 1–50, default 5.
     pub count: Option<u32>,
+    /// A calendar code (`cn-workdays` or a user calendar's); needs
+    /// `calendarRule`. The cron gives the times of day, the calendar the
+    /// days (the date in `timezone`).
+    pub calendar: Option<String>,
+    /// `workdays` (Monday–Friday that are not holidays, plus make-up working
+    /// days), `holidays` (days off: weekends not made working, plus
+    /// holidays) or `exclude` (the cron's days without the calendar's
+    /// holidays). `workdays` and `holidays` need `*` in the day-of-week field.
+    pub calendar_rule: Option<String>,
 }
 
 /// What an expression means and when it fires.
@@ -495,8 +506,14 @@ pub struct CronPreviewResponse {
     pub description: Option<String>,
     #[schema(value_type = Vec<String>, format = DateTime)]
     pub next_fire_times: Vec<DateTime<FixedOffset>>,
-    /// Why the expression is invalid.
+    /// Why the expression is invalid (or does not fit the calendar rule).
     pub error: Option<String>,
+    /// With a calendar: which dates, from `from` through the last listed
+    /// time, the calendar removed or added compared with the plain week.
+    pub calendar_effect: Option<crate::calendar_dto::CalendarEffectDto>,
+    /// With a calendar that has no data for this year or, from 1 December,
+    /// the next: what is missing and what happens meanwhile.
+    pub notice: Option<String>,
 }
 
 /// Health of the process.

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod calendar_dto;
 pub mod dto;
 pub mod error;
 pub mod export;
@@ -63,6 +64,12 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(api_keys::list_api_keys)
         .service(api_keys::create_api_key)
         .service(api_keys::revoke_api_key);
+    // Calendars (issue 11).
+    cfg.service(calendars::list_calendars)
+        .service(calendars::create_calendar)
+        .service(calendars::get_calendar)
+        .service(calendars::update_calendar)
+        .service(calendars::delete_calendar);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

@@ -3,14 +3,25 @@
 //! Input is the JSON object a client sent, merged by the caller over the
 //! defaults (create) or over the current job (update), so that one function
 //! checks the whole job every time.
+//!
+//! The time rules of issue 11 (`calendar`, `calendarRule`,
+//! `misfireGraceMs`, `activeFrom`, `activeUntil`, `maxRuns`, `jitterMs`) are
+//! checked by [`validate_with_time_rules`]. Until jobs store them, the API
+//! keeps calling [`validate`], which rejects them as unknown fields, so a
+//! client never sees one accepted and then dropped.
 
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::{Map, Value, json};
 
+use crate::calendar::{Calendar, CalendarRule};
 use crate::cron::{CronError, CronExpr};
 use crate::handler::HandlerCatalog;
 use crate::lang::Lang;
 use crate::params::{self, ParamError};
+use crate::schedule::{self, MAX_JITTER_MS, Schedule, ScheduleError};
 
 pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_REMARK_CHARS: usize = 500;
@@ -18,6 +29,10 @@ pub const MAX_RETRY_COUNT: i64 = 10;
 pub const MAX_RETRY_INTERVAL_MS: i64 = 3_600_000;
 pub const MAX_TIMEOUT_MS: i64 = 86_400_000;
 pub const DEFAULT_CRON: &str = "0 0 0 * * *";
+/// Longest catch-up window: 30 days (0 means unlimited).
+pub const MAX_MISFIRE_GRACE_MS: i64 = 2_592_000_000;
+/// Most successful scheduled fires `maxRuns` may allow.
+pub const MAX_MAX_RUNS: i64 = 1_000_000_000;
 pub const DEFAULT_GROUP: &str = "default";
 
 /// Fields a client may write.
@@ -35,6 +50,18 @@ pub const WRITABLE_FIELDS: [&str; 13] = [
     "allowConcurrent",
     "misfirePolicy",
     "remark",
+];
+
+/// The time rules of issue 11, writable once jobs store them (see
+/// [`validate_with_time_rules`]).
+pub const TIME_RULE_FIELDS: [&str; 7] = [
+    "calendar",
+    "calendarRule",
+    "misfireGraceMs",
+    "activeFrom",
+    "activeUntil",
+    "maxRuns",
+    "jitterMs",
 ];
 
 /// Read-only fields a client may echo back; they are ignored.
@@ -115,6 +142,62 @@ pub fn defaults() -> Map<String, Value> {
     map
 }
 
+/// The JSON object of the time rules' defaults: no calendar, no window, no
+/// limit, no jitter, and misses caught up however old (today's behaviour).
+pub fn time_rule_defaults() -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "calendar": null,
+        "calendarRule": null,
+        "misfireGraceMs": 0,
+        "activeFrom": null,
+        "activeUntil": null,
+        "maxRuns": null,
+        "jitterMs": 0,
+    }) else {
+        return Map::new();
+    };
+    map
+}
+
+/// A job's time rules (issue 11) that passed every check. The default is
+/// today's behaviour: no calendar, window, limit or jitter.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TimeRules {
+    /// The calendar's code, with `calendar_rule` set too.
+    pub calendar: Option<String>,
+    pub calendar_rule: Option<CalendarRule>,
+    /// How late a missed fire may still be caught up; 0 = however late.
+    pub misfire_grace_ms: i64,
+    pub active_from: Option<DateTime<Utc>>,
+    pub active_until: Option<DateTime<Utc>>,
+    /// After this many successful scheduled fires the job disables itself.
+    pub max_runs: Option<i64>,
+    pub jitter_ms: i64,
+}
+
+impl TimeRules {
+    /// The job's schedule: `cron` in `tz` (the job's zone, else the
+    /// service's), with `calendar` (the one `self.calendar` names, looked up
+    /// by the caller) when the job has one.
+    ///
+    /// Fails only for rules that [`validate_with_time_rules`] rejects, or a
+    /// calendar that is missing although the job names one.
+    pub fn schedule(
+        &self,
+        cron: CronExpr,
+        tz: Tz,
+        calendar: Option<Arc<Calendar>>,
+    ) -> Result<Schedule, ScheduleError> {
+        let mut schedule = Schedule::new(cron, tz)
+            .with_active_window(self.active_from, self.active_until)?
+            .with_jitter_ms(self.jitter_ms)?;
+        if let (Some(calendar), Some(rule)) = (calendar, self.calendar_rule) {
+            schedule = schedule.with_calendar(calendar, rule)?;
+        }
+        Ok(schedule)
+    }
+}
+
 /// One invalid field.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldError {
@@ -128,14 +211,34 @@ pub enum JobProblem {
     UnknownField,
     WrongType(&'static str),
     Blank,
-    TooLong { max: usize, chars: usize },
-    OutOfRange { min: i64, max: i64 },
+    TooLong {
+        max: usize,
+        chars: usize,
+    },
+    OutOfRange {
+        min: i64,
+        max: i64,
+    },
     UnknownHandler(String),
     UnknownGroup(String),
     UnknownTimezone(String),
     Cron(CronError),
     UnknownMisfirePolicy(String),
     Param(ParamError),
+    UnknownCalendar(String),
+    UnknownCalendarRule(String),
+    /// A rule without a calendar, or a calendar without a rule.
+    CalendarRuleAlone,
+    CalendarWithoutRule,
+    /// `workdays`/`holidays` with a cron that restricts the weekdays.
+    RuleNeedsEveryWeekday(CalendarRule),
+    /// Not an RFC 3339 time with an offset.
+    NotATime(String),
+    UntilBeforeFrom,
+    /// `jitterMs` not below the cron's shortest period.
+    JitterTooLong {
+        period_ms: i64,
+    },
 }
 
 impl FieldError {
@@ -192,7 +295,74 @@ impl FieldError {
                 format!("Misfire policy {p} does not exist: use skip or run_once")
             }
             (JobProblem::Param(e), _) => e.message(lang),
+            (JobProblem::UnknownCalendar(code), Lang::Zh) => {
+                format!("日历 {code} 不存在：请先在日历里添加，或选择内置的 cn-workdays")
+            }
+            (JobProblem::UnknownCalendar(code), Lang::En) => format!(
+                "Calendar {code} does not exist: add it to the calendars first, or choose the built-in cn-workdays"
+            ),
+            (JobProblem::UnknownCalendarRule(rule), Lang::Zh) => {
+                format!("日历规则 {rule} 不存在：只能是 workdays、holidays 或 exclude")
+            }
+            (JobProblem::UnknownCalendarRule(rule), Lang::En) => {
+                format!("Calendar rule {rule} does not exist: use workdays, holidays or exclude")
+            }
+            (JobProblem::CalendarRuleAlone, Lang::Zh) => {
+                "选了日历规则就要同时选择日历（calendar）".into()
+            }
+            (JobProblem::CalendarRuleAlone, Lang::En) => {
+                "A calendar rule needs a calendar (calendar)".into()
+            }
+            (JobProblem::CalendarWithoutRule, Lang::Zh) => {
+                "选了日历就要选择规则：workdays、holidays 或 exclude".into()
+            }
+            (JobProblem::CalendarWithoutRule, Lang::En) => {
+                "A calendar needs a rule: workdays, holidays or exclude".into()
+            }
+            (JobProblem::RuleNeedsEveryWeekday(rule), Lang::Zh) => format!(
+                "日历规则 {rule} 由日历决定哪天触发：Cron 的星期字段请写 *（限制星期几会漏掉调休上班的周末）"
+            ),
+            (JobProblem::RuleNeedsEveryWeekday(rule), Lang::En) => format!(
+                "With calendar rule {rule} the calendar decides the days: write * in the cron's day-of-week field (restricting weekdays would miss make-up working weekends)"
+            ),
+            (JobProblem::NotATime(text), Lang::Zh) => format!(
+                "“{text}”不是带时区的时间：请写成 RFC 3339，比如 2026-01-01T00:00:00+08:00，或留空"
+            ),
+            (JobProblem::NotATime(text), Lang::En) => format!(
+                "`{text}` is not a time with an offset: use RFC 3339 such as 2026-01-01T00:00:00+08:00, or null"
+            ),
+            (JobProblem::UntilBeforeFrom, Lang::Zh) => "activeUntil 不能早于 activeFrom".into(),
+            (JobProblem::UntilBeforeFrom, Lang::En) => {
+                "activeUntil cannot be before activeFrom".into()
+            }
+            (JobProblem::JitterTooLong { period_ms }, Lang::Zh) => format!(
+                "必须小于 Cron 的最短间隔 {}（{period_ms} 毫秒）",
+                period_text(*period_ms, lang)
+            ),
+            (JobProblem::JitterTooLong { period_ms }, Lang::En) => format!(
+                "Must be less than the cron's shortest period, {} ({period_ms} ms)",
+                period_text(*period_ms, lang)
+            ),
         }
+    }
+}
+
+/// A period in whole seconds as a person reads it: `15 分钟`, `1 day`.
+fn period_text(ms: i64, lang: Lang) -> String {
+    let secs = ms / 1000;
+    let (n, zh, en) = if secs % 86_400 == 0 {
+        (secs / 86_400, "天", "day")
+    } else if secs % 3_600 == 0 {
+        (secs / 3_600, "小时", "hour")
+    } else if secs % 60 == 0 {
+        (secs / 60, "分钟", "minute")
+    } else {
+        (secs, "秒", "second")
+    };
+    match lang {
+        Lang::Zh => format!("{n} {zh}"),
+        Lang::En if n == 1 => format!("1 {en}"),
+        Lang::En => format!("{n} {en}s"),
     }
 }
 
@@ -202,26 +372,160 @@ fn type_zh(t: &str) -> &'static str {
         "a boolean" => "布尔值（true 或 false）",
         "an integer" => "整数",
         "a string or null" => "字符串或 null",
+        "an integer or null" => "整数或 null",
         _ => "其他类型",
     }
 }
 
 /// Checks a whole job. `groups` lists the job-group codes that exist.
+///
+/// The time rules of issue 11 are unknown fields here; see
+/// [`validate_with_time_rules`].
 pub fn validate(
     input: &Map<String, Value>,
     catalog: &HandlerCatalog,
     groups: &[String],
 ) -> Result<JobSpec, Vec<FieldError>> {
     let mut errors = Vec::new();
+    let spec = validate_into(input, catalog, groups, false, &mut errors);
+    match spec {
+        Some(spec) if errors.is_empty() => Ok(spec),
+        _ => Err(errors),
+    }
+}
+
+/// Checks a whole job with its time rules (issue 11); `input` is merged
+/// over [`defaults`] and [`time_rule_defaults`] (create) or over the current
+/// job (update). `calendars` lists the calendar codes that exist (built-in
+/// and user).
+///
+/// The rules that tie fields together: `calendar` and `calendarRule` come
+/// together; `workdays` and `holidays` need a cron whose day-of-week field
+/// allows every day (the calendar decides the days, and a restricted field
+/// would drop make-up working weekends); `activeUntil` is not before
+/// `activeFrom`; `jitterMs` is below the cron's shortest period.
+pub fn validate_with_time_rules(
+    input: &Map<String, Value>,
+    catalog: &HandlerCatalog,
+    groups: &[String],
+    calendars: &[String],
+) -> Result<(JobSpec, TimeRules), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let spec = validate_into(input, catalog, groups, true, &mut errors);
+    // The cron's own errors are already reported; the rules that need it
+    // are checked only when it is valid.
+    let cron = match input.get("cron") {
+        Some(Value::String(c)) => CronExpr::parse(c).ok(),
+        _ => None,
+    };
+    let rules = time_rules(input, cron.as_ref(), calendars, &mut errors);
+    match (spec, rules) {
+        (Some(spec), Some(rules)) if errors.is_empty() => Ok((spec, rules)),
+        _ => Err(errors),
+    }
+}
+
+fn time_rules(
+    input: &Map<String, Value>,
+    cron: Option<&CronExpr>,
+    calendars: &[String],
+    errors: &mut Vec<FieldError>,
+) -> Option<TimeRules> {
+    let mut v = Reader { input, errors };
+    let calendar = v.optional_text("calendar");
+    let rule = v.optional_text("calendarRule");
+    let misfire_grace_ms = v.integer("misfireGraceMs", 0, MAX_MISFIRE_GRACE_MS);
+    let active_from = v.optional_time("activeFrom");
+    let active_until = v.optional_time("activeUntil");
+    let max_runs = v.optional_integer("maxRuns", 1, MAX_MAX_RUNS);
+    let jitter_ms = v.integer("jitterMs", 0, MAX_JITTER_MS);
+
+    let calendar = calendar.and_then(|c| match c {
+        Some(code) if !calendars.contains(&code) => {
+            errors.push(FieldError::new(
+                "calendar",
+                JobProblem::UnknownCalendar(code),
+            ));
+            None
+        }
+        other => Some(other),
+    });
+    let rule = rule.and_then(|r| match r {
+        None => Some(None),
+        Some(text) => match CalendarRule::parse(&text) {
+            Some(rule) => Some(Some(rule)),
+            None => {
+                errors.push(FieldError::new(
+                    "calendarRule",
+                    JobProblem::UnknownCalendarRule(text),
+                ));
+                None
+            }
+        },
+    });
+    match (&calendar, &rule) {
+        (Some(None), Some(Some(_))) => errors.push(FieldError::new(
+            "calendarRule",
+            JobProblem::CalendarRuleAlone,
+        )),
+        (Some(Some(_)), Some(None)) => errors.push(FieldError::new(
+            "calendarRule",
+            JobProblem::CalendarWithoutRule,
+        )),
+        _ => {}
+    }
+    if let (Some(cron), Some(Some(rule))) = (cron, rule)
+        && let Err(ScheduleError::RuleNeedsEveryWeekday { rule }) = schedule::check_rule(cron, rule)
+    {
+        errors.push(FieldError::new(
+            "cron",
+            JobProblem::RuleNeedsEveryWeekday(rule),
+        ));
+    }
+    if let (Some(Some(from)), Some(Some(until))) = (active_from, active_until)
+        && schedule::check_window(Some(from), Some(until)).is_err()
+    {
+        errors.push(FieldError::new("activeUntil", JobProblem::UntilBeforeFrom));
+    }
+    if let (Some(cron), Some(jitter)) = (cron, jitter_ms)
+        && let Err(ScheduleError::JitterTooLong { period_ms, .. }) =
+            schedule::check_jitter(cron, jitter)
+    {
+        errors.push(FieldError::new(
+            "jitterMs",
+            JobProblem::JitterTooLong { period_ms },
+        ));
+    }
+    Some(TimeRules {
+        calendar: calendar?,
+        calendar_rule: rule?,
+        misfire_grace_ms: misfire_grace_ms?,
+        active_from: active_from?,
+        active_until: active_until?,
+        max_runs: max_runs?,
+        jitter_ms: jitter_ms?,
+    })
+}
+
+/// Checks the fields of SPEC §3, recording errors; `time_rules` says
+/// whether the fields of issue 11 are known (checked by the caller).
+fn validate_into(
+    input: &Map<String, Value>,
+    catalog: &HandlerCatalog,
+    groups: &[String],
+    time_rules: bool,
+    errors: &mut Vec<FieldError>,
+) -> Option<JobSpec> {
     for key in input.keys() {
-        if !WRITABLE_FIELDS.contains(&key.as_str()) && !READ_ONLY_FIELDS.contains(&key.as_str()) {
+        let key = key.as_str();
+        let known = WRITABLE_FIELDS.contains(&key)
+            || READ_ONLY_FIELDS.contains(&key)
+            || (time_rules && TIME_RULE_FIELDS.contains(&key));
+        if !known {
             errors.push(FieldError::new(key, JobProblem::UnknownField));
         }
     }
-    let mut v = Reader {
-        input,
-        errors: &mut errors,
-    };
+    let mut v = Reader { input, errors };
 
     let name = v.text("name", MAX_NAME_CHARS, true);
     let group = v.text("group", 64, true);
@@ -321,7 +625,7 @@ pub fn validate(
             Some(allow_concurrent),
             Some(misfire_policy),
             Some(remark),
-        ) if errors.is_empty() => Ok(JobSpec {
+        ) => Some(JobSpec {
             name,
             group,
             handler,
@@ -337,7 +641,7 @@ pub fn validate(
             misfire_policy,
             remark,
         }),
-        _ => Err(errors),
+        _ => None,
     }
 }
 
@@ -380,6 +684,28 @@ impl Reader<'_> {
             Some(Value::String(s)) if s.trim().is_empty() => Some(None),
             Some(Value::String(s)) => Some(Some(s.trim().to_string())),
             Some(_) => self.fail(field, JobProblem::WrongType("a string or null")),
+        }
+    }
+
+    /// An RFC 3339 time with an offset, or null.
+    fn optional_time(&mut self, field: &str) -> Option<Option<DateTime<Utc>>> {
+        match self.input.get(field) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::String(s)) if s.trim().is_empty() => Some(None),
+            Some(Value::String(s)) => match DateTime::parse_from_rfc3339(s.trim()) {
+                Ok(t) => Some(Some(t.with_timezone(&Utc))),
+                Err(_) => self.fail(field, JobProblem::NotATime(s.clone())),
+            },
+            Some(_) => self.fail(field, JobProblem::WrongType("a string or null")),
+        }
+    }
+
+    /// An integer within `min..=max`, or null.
+    fn optional_integer(&mut self, field: &str, min: i64, max: i64) -> Option<Option<i64>> {
+        match self.input.get(field) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::Number(_)) => self.integer(field, min, max).map(Some),
+            Some(_) => self.fail(field, JobProblem::WrongType("an integer or null")),
         }
     }
 

@@ -1,10 +1,12 @@
 //! Pure scheduling rules of Qiwu Scheduler: the cron dialect and its
-//! descriptions, job validation, params schemas and handler descriptors.
+//! descriptions, calendars and schedules, job validation, params schemas and
+//! handler descriptors.
 //!
 //! Nothing here does IO or reads a clock: time is always a parameter, so every
 //! rule can be tested with plain values.
 
 pub mod builtin;
+pub mod calendar;
 pub mod cron;
 pub mod lang;
 
@@ -15,9 +17,12 @@ pub mod job;
 pub mod misfire;
 pub mod notify;
 pub mod params;
+pub mod schedule;
 pub mod settings;
 
+pub use calendar::{Calendar, CalendarRule, DayKind};
 pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema};
 pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
 pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};
+pub use schedule::Schedule;

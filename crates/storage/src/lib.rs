@@ -4,6 +4,7 @@
 
 mod api_keys;
 mod audit;
+mod calendars;
 mod cluster;
 mod coord;
 pub mod entity;
@@ -22,6 +23,7 @@ pub mod timestamp;
 
 pub use api_keys::{API_KEY_MARK, ApiKeyRecord, ApiKeyRepo};
 pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
+pub use calendars::{CalendarDateRecord, CalendarRecord, CalendarRepo, CalendarSummary};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;

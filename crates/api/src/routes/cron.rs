@@ -1,23 +1,45 @@
-//! Cron preview: what an expression means and when it fires next.
+//! Cron preview: what an expression means and when it fires next, with a
+//! calendar and its effect when one is given.
 
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
 use chrono_tz::Tz;
-use qiwu_domain::CronExpr;
+use qiwu_domain::calendar::CalendarRule;
+use qiwu_domain::job::{FieldError, JobProblem};
+use qiwu_domain::schedule::{Schedule, ScheduleError};
+use qiwu_domain::{CronExpr, Lang};
 
 use crate::auth::Principal;
+use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{CronPreviewRequest, CronPreviewResponse, in_zone};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::routes::calendars::find_calendar;
 use crate::state::AppState;
 
 /// Most fire times one preview lists.
 const MAX_PREVIEW: u32 = 50;
+
+/// A domain field error as a 400.
+fn field_error(lang: Lang, field: &str, problem: JobProblem) -> ApiError {
+    let e = FieldError {
+        field: field.to_string(),
+        problem,
+    };
+    ApiError::validation(
+        lang,
+        vec![ProblemFieldText::new(
+            field,
+            Text::new(e.message(Lang::Zh), e.message(Lang::En)),
+        )],
+    )
+}
 
 /// Describes an expression and lists its next fire times; an invalid
 /// expression is answered with `valid: false` and the reason.
 #[utoipa::path(
     tag = "cron",
     summary = "Preview a cron expression",
+    description = "With `calendar` and `calendarRule`, the times follow the calendar (the cron gives the times of day, the calendar the days, by the date in `timezone`), and `calendarEffect` lists the dates the calendar removed or added compared with the plain week. A cron whose day-of-week field is not `*` with `workdays` or `holidays` is answered `valid: false`.",
     security(("bearer" = [])),
     request_body = CronPreviewRequest,
     responses(
@@ -59,23 +81,103 @@ pub async fn preview(
             )
         })?,
     };
+    let calendar_code = body
+        .calendar
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    let rule = match body
+        .calendar_rule
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+    {
+        None => None,
+        Some(r) => Some(CalendarRule::parse(r).ok_or_else(|| {
+            field_error(
+                lang,
+                "calendarRule",
+                JobProblem::UnknownCalendarRule(r.to_string()),
+            )
+        })?),
+    };
+    let calendar = match (calendar_code, rule) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(field_error(
+                lang,
+                "calendarRule",
+                JobProblem::CalendarRuleAlone,
+            ));
+        }
+        (Some(_), None) => {
+            return Err(field_error(
+                lang,
+                "calendarRule",
+                JobProblem::CalendarWithoutRule,
+            ));
+        }
+        (Some(code), Some(rule)) => {
+            let cal = find_calendar(&state, lang, code).await?.ok_or_else(|| {
+                field_error(
+                    lang,
+                    "calendar",
+                    JobProblem::UnknownCalendar(code.to_string()),
+                )
+            })?;
+            Some((cal, rule))
+        }
+    };
     let from = body
         .from
         .map(|f| f.with_timezone(&Utc))
         .unwrap_or_else(Utc::now);
-    let response = match CronExpr::parse(&body.cron) {
-        Ok(cron) => CronPreviewResponse {
-            valid: true,
-            description: Some(cron.describe(lang)),
-            next_fire_times: in_zone(cron.upcoming(from, tz, count as usize), tz),
-            error: None,
-        },
-        Err(e) => CronPreviewResponse {
-            valid: false,
-            description: None,
-            next_fire_times: vec![],
-            error: Some(e.message(lang)),
-        },
+    let invalid = |error: String| CronPreviewResponse {
+        valid: false,
+        description: None,
+        next_fire_times: vec![],
+        error: Some(error),
+        calendar_effect: None,
+        notice: None,
     };
-    Ok(HttpResponse::Ok().json(response))
+    let cron = match CronExpr::parse(&body.cron) {
+        Ok(cron) => cron,
+        Err(e) => return Ok(HttpResponse::Ok().json(invalid(e.message(lang)))),
+    };
+    let description = cron.describe(lang);
+    let mut schedule = Schedule::new(cron, tz);
+    if let Some((cal, rule)) = calendar {
+        schedule = match schedule.with_calendar(cal, rule) {
+            Ok(s) => s,
+            Err(ScheduleError::RuleNeedsEveryWeekday { rule }) => {
+                let e = FieldError {
+                    field: "cron".into(),
+                    problem: JobProblem::RuleNeedsEveryWeekday(rule),
+                };
+                return Ok(HttpResponse::Ok().json(invalid(e.message(lang))));
+            }
+            Err(e) => return Err(ApiError::internal(lang, e)),
+        };
+    }
+    let times = schedule.upcoming(from, count as usize);
+    let calendar_effect = times.last().and_then(|last| {
+        schedule
+            .calendar_effect(from, *last)
+            .map(|effect| CalendarEffectDto::new(&effect, lang))
+    });
+    let calendar_effect = calendar_effect.or_else(|| {
+        // A calendar with no fire time at all in reach still says so.
+        schedule
+            .calendar()
+            .map(|_| CalendarEffectDto::new(&Default::default(), lang))
+    });
+    let notice = schedule.calendar_notice(from).map(|n| n.message(lang));
+    Ok(HttpResponse::Ok().json(CronPreviewResponse {
+        valid: true,
+        description: Some(description),
+        next_fire_times: in_zone(times, tz),
+        error: None,
+        calendar_effect,
+        notice,
+    }))
 }

@@ -2,6 +2,7 @@
 
 pub mod api_keys;
 pub mod audit_logs;
+pub mod calendars;
 pub mod cron;
 pub mod fires;
 pub mod groups;

@@ -8,7 +8,7 @@ mod describe;
 
 use std::fmt;
 
-use chrono::{DateTime, Datelike, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::{Cron, JobType};
@@ -417,6 +417,82 @@ impl CronExpr {
     /// A description in the given language, such as `每天 03:30:00`.
     pub fn describe(&self, lang: Lang) -> String {
         describe::describe(&self.fields, self.five_fields, lang)
+    }
+
+    /// True when the day-of-month, month and day-of-week fields match `date`
+    /// (Vixie's rule for the two day fields), whatever the time fields say.
+    pub fn matches_date(&self, date: NaiveDate) -> bool {
+        let [_, _, _, dom, mon, dow] = &self.fields;
+        if !mon.matches(date.month()) {
+            return false;
+        }
+        let dom_ok = dom.matches(date.day());
+        let dow_ok = dow.matches(date.weekday().num_days_from_sunday());
+        if dom.starts_with_star() || dow.starts_with_star() {
+            dom_ok && dow_ok
+        } else {
+            dom_ok || dow_ok
+        }
+    }
+
+    /// True when the day-of-week field allows every day of the week, so the
+    /// weekday never decides whether the expression fires.
+    pub fn every_weekday(&self) -> bool {
+        (0..7).all(|d| self.fields[5].matches(d))
+    }
+
+    /// The shortest time between two consecutive fire times, in seconds, as
+    /// the wall clock counts it (a clock change can make one real interval
+    /// up to an hour shorter or longer).
+    ///
+    /// Within a day it is the smallest gap between the day's times; across
+    /// days it is the evening's last time to the first time of the nearest
+    /// following firing day. Days are compared over a whole 400-year
+    /// Gregorian cycle, after which dates and weekdays repeat.
+    pub fn shortest_period_secs(&self) -> i64 {
+        let [s, mi, h, ..] = &self.fields;
+        let mut times = Vec::new();
+        for hour in h.values() {
+            for minute in mi.values() {
+                for second in s.values() {
+                    times.push(i64::from(hour) * 3600 + i64::from(minute) * 60 + i64::from(second));
+                }
+            }
+        }
+        // The loops run in increasing order, so `times` is sorted.
+        let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+            return 86_400;
+        };
+        let within_day = times.windows(2).map(|w| w[1] - w[0]).min();
+        let across_days = self.shortest_day_gap() * 86_400 - last + first;
+        within_day.map_or(across_days, |w| w.min(across_days))
+    }
+
+    /// The fewest days between two consecutive dates the day fields match.
+    fn shortest_day_gap(&self) -> i64 {
+        const CYCLE_DAYS: i64 = 146_097;
+        let Some(start) = NaiveDate::from_ymd_opt(2000, 1, 1) else {
+            return 1;
+        };
+        let mut previous: Option<NaiveDate> = None;
+        let mut best = i64::MAX;
+        // One cycle plus a year, so the gap that wraps around the cycle's
+        // end is seen too.
+        for date in start.iter_days().take((CYCLE_DAYS + 366) as usize) {
+            if !self.matches_date(date) {
+                continue;
+            }
+            if let Some(p) = previous {
+                best = best.min((date - p).num_days());
+                if best == 1 {
+                    return 1;
+                }
+            }
+            previous = Some(date);
+        }
+        // `can_fire` guarantees some date matches; a single match per cycle
+        // cannot happen (29 February alone recurs within a cycle).
+        if best == i64::MAX { CYCLE_DAYS } else { best }
     }
 
     /// True when the local wall-clock time matches every field (used by tests

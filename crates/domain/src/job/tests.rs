@@ -264,3 +264,272 @@ fn trims_text_fields() {
     assert_eq!(spec.name, "nightly");
     assert_eq!(spec.timezone, Some(chrono_tz::UTC));
 }
+
+fn calendars() -> Vec<String> {
+    vec!["cn-workdays".into(), "acme".into()]
+}
+
+/// Defaults (with the time rules') plus name and handler, `patch` on top.
+fn timed_input(patch: Value) -> Map<String, Value> {
+    let mut map = input(json!({}));
+    map.extend(time_rule_defaults());
+    if let Value::Object(patch) = patch {
+        map.extend(patch);
+    }
+    map
+}
+
+#[test]
+fn time_rules_default_to_todays_behaviour() {
+    let (spec, rules) =
+        validate_with_time_rules(&timed_input(json!({})), &catalog(), &groups(), &calendars())
+            .expect("valid");
+    assert_eq!(spec.name, "nightly");
+    assert_eq!(rules, TimeRules::default());
+    // Until jobs store them, the plain validation does not know them.
+    let errors = validate(
+        &timed_input(json!({"calendar": "cn-workdays", "calendarRule": "workdays"})),
+        &catalog(),
+        &groups(),
+    )
+    .expect_err("unknown to validate");
+    let mut fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    fields.sort();
+    let mut expected = TIME_RULE_FIELDS.to_vec();
+    expected.sort();
+    assert_eq!(fields, expected);
+    assert!(errors.iter().all(|e| e.problem == JobProblem::UnknownField));
+}
+
+#[test]
+fn accepts_time_rules_at_their_limits() {
+    let cases = [
+        json!({"calendar": "cn-workdays", "calendarRule": "workdays"}),
+        json!({"calendar": "acme", "calendarRule": "holidays", "cron": "0 0 10 1-7 * *"}),
+        json!({"calendar": "cn-workdays", "calendarRule": "exclude", "cron": "0 0 10 * * 1-5"}),
+        json!({"activeFrom": "2026-01-01T00:00:00+08:00", "activeUntil": "2026-01-01T00:00:00+08:00"}),
+        json!({"activeFrom": "2026-01-01T00:00:00Z", "activeUntil": null}),
+        json!({"activeFrom": "", "activeUntil": " "}),
+        json!({"maxRuns": 1}),
+        json!({"maxRuns": 1_000_000_000}),
+        json!({"misfireGraceMs": 2_592_000_000_i64}),
+        json!({"jitterMs": 86_399_999}),
+        json!({"cron": "*/5 * * * * *", "jitterMs": 4_999}),
+    ];
+    for patch in cases {
+        assert!(
+            validate_with_time_rules(
+                &timed_input(patch.clone()),
+                &catalog(),
+                &groups(),
+                &calendars()
+            )
+            .is_ok(),
+            "{patch}"
+        );
+    }
+    let (_, rules) = validate_with_time_rules(
+        &timed_input(json!({
+            "calendar": "cn-workdays", "calendarRule": "workdays",
+            "activeFrom": "2026-01-01T00:00:00+08:00", "maxRuns": 12,
+            "misfireGraceMs": 600000, "jitterMs": 30000,
+        })),
+        &catalog(),
+        &groups(),
+        &calendars(),
+    )
+    .expect("valid");
+    assert_eq!(
+        rules,
+        TimeRules {
+            calendar: Some("cn-workdays".into()),
+            calendar_rule: Some(CalendarRule::Workdays),
+            misfire_grace_ms: 600_000,
+            active_from: Some(
+                chrono::DateTime::parse_from_rfc3339("2025-12-31T16:00:00Z")
+                    .expect("time")
+                    .with_timezone(&chrono::Utc)
+            ),
+            active_until: None,
+            max_runs: Some(12),
+            jitter_ms: 30_000,
+        }
+    );
+    // The rules build the job's schedule.
+    let schedule = rules
+        .schedule(
+            CronExpr::parse("0 0 0 * * *").expect("cron"),
+            chrono_tz::Asia::Shanghai,
+            Some(std::sync::Arc::clone(
+                crate::calendar::builtin::cn_workdays(),
+            )),
+        )
+        .expect("schedule");
+    assert_eq!(schedule.jitter_ms(), 30_000);
+    assert!(schedule.calendar().is_some());
+}
+
+#[test]
+fn rejects_each_time_rule_naming_the_field() {
+    let max = MAX_JITTER_MS;
+    let cases: Vec<(Value, &str, JobProblem)> = vec![
+        (
+            json!({"calendar": "nope", "calendarRule": "workdays"}),
+            "calendar",
+            JobProblem::UnknownCalendar("nope".into()),
+        ),
+        (
+            json!({"calendar": "acme", "calendarRule": "weekdays"}),
+            "calendarRule",
+            JobProblem::UnknownCalendarRule("weekdays".into()),
+        ),
+        (
+            json!({"calendarRule": "workdays"}),
+            "calendarRule",
+            JobProblem::CalendarRuleAlone,
+        ),
+        (
+            json!({"calendar": "acme"}),
+            "calendarRule",
+            JobProblem::CalendarWithoutRule,
+        ),
+        (
+            json!({"calendar": 3, "calendarRule": "workdays"}),
+            "calendar",
+            JobProblem::WrongType("a string or null"),
+        ),
+        (
+            json!({"calendar": "cn-workdays", "calendarRule": "workdays", "cron": "0 0 10 * * 1-5"}),
+            "cron",
+            JobProblem::RuleNeedsEveryWeekday(CalendarRule::Workdays),
+        ),
+        (
+            json!({"calendar": "cn-workdays", "calendarRule": "holidays", "cron": "0 0 10 * * 0,6"}),
+            "cron",
+            JobProblem::RuleNeedsEveryWeekday(CalendarRule::Holidays),
+        ),
+        (
+            json!({"activeFrom": "2026-01-01 00:00"}),
+            "activeFrom",
+            JobProblem::NotATime("2026-01-01 00:00".into()),
+        ),
+        (
+            json!({"activeUntil": "2026-01-01T00:00:00"}),
+            "activeUntil",
+            JobProblem::NotATime("2026-01-01T00:00:00".into()),
+        ),
+        (
+            json!({"activeFrom": 1_767_225_600_000_i64}),
+            "activeFrom",
+            JobProblem::WrongType("a string or null"),
+        ),
+        (
+            json!({"activeFrom": "2026-01-01T00:00:00+08:00", "activeUntil": "2025-12-31T15:59:59Z"}),
+            "activeUntil",
+            JobProblem::UntilBeforeFrom,
+        ),
+        (
+            json!({"maxRuns": 0}),
+            "maxRuns",
+            JobProblem::OutOfRange {
+                min: 1,
+                max: MAX_MAX_RUNS,
+            },
+        ),
+        (
+            json!({"maxRuns": "3"}),
+            "maxRuns",
+            JobProblem::WrongType("an integer or null"),
+        ),
+        (
+            json!({"maxRuns": 1.5}),
+            "maxRuns",
+            JobProblem::WrongType("an integer"),
+        ),
+        (
+            json!({"misfireGraceMs": -1}),
+            "misfireGraceMs",
+            JobProblem::OutOfRange {
+                min: 0,
+                max: MAX_MISFIRE_GRACE_MS,
+            },
+        ),
+        (
+            json!({"misfireGraceMs": null}),
+            "misfireGraceMs",
+            JobProblem::Required,
+        ),
+        (
+            json!({"jitterMs": 86_400_000}),
+            "jitterMs",
+            JobProblem::JitterTooLong {
+                period_ms: 86_400_000,
+            },
+        ),
+        (
+            json!({"cron": "*/5 * * * * *", "jitterMs": 5_000}),
+            "jitterMs",
+            JobProblem::JitterTooLong { period_ms: 5_000 },
+        ),
+        (
+            json!({"cron": "0 0 10 * * 1", "jitterMs": max + 1}),
+            "jitterMs",
+            JobProblem::OutOfRange { min: 0, max },
+        ),
+    ];
+    for (patch, field, problem) in cases {
+        let errors = validate_with_time_rules(
+            &timed_input(patch.clone()),
+            &catalog(),
+            &groups(),
+            &calendars(),
+        )
+        .expect_err("invalid");
+        assert_eq!(errors.len(), 1, "{patch}: {errors:?}");
+        assert_eq!(errors[0].field, field, "{patch}");
+        assert_eq!(errors[0].problem, problem, "{patch}");
+        assert!(!errors[0].message(Lang::Zh).is_empty());
+        assert!(!errors[0].message(Lang::En).is_empty());
+    }
+    // A bad cron is reported once; the rules that need it wait for it.
+    let errors = validate_with_time_rules(
+        &timed_input(json!({"cron": "bad", "jitterMs": 5_000})),
+        &catalog(),
+        &groups(),
+        &calendars(),
+    )
+    .expect_err("invalid");
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["cron"]);
+}
+
+#[test]
+fn time_rule_messages_say_what_to_do() {
+    let cases = [
+        (
+            JobProblem::JitterTooLong { period_ms: 5_000 },
+            "必须小于 Cron 的最短间隔 5 秒（5000 毫秒）",
+            "Must be less than the cron's shortest period, 5 seconds (5000 ms)",
+        ),
+        (
+            JobProblem::JitterTooLong {
+                period_ms: 86_400_000,
+            },
+            "必须小于 Cron 的最短间隔 1 天（86400000 毫秒）",
+            "Must be less than the cron's shortest period, 1 day (86400000 ms)",
+        ),
+        (
+            JobProblem::CalendarWithoutRule,
+            "选了日历就要选择规则：workdays、holidays 或 exclude",
+            "A calendar needs a rule: workdays, holidays or exclude",
+        ),
+    ];
+    for (problem, zh, en) in cases {
+        let e = FieldError {
+            field: "x".into(),
+            problem,
+        };
+        assert_eq!(e.message(Lang::Zh), zh);
+        assert_eq!(e.message(Lang::En), en);
+    }
+}

@@ -3,7 +3,8 @@
 //!
 //! Each POST carries `X-Qiwu-Timestamp` (Unix seconds) and
 //! `X-Qiwu-Signature: sha256=<hex HMAC-SHA256 of "{timestamp}.{body}">`,
-//! keyed by `QIWU_WEBHOOK_SECRET`. Rows are claimed with a lease, so a crash
+//! keyed by `QIWU_WEBHOOK_SECRET` (then one more signature per secret of
+//! `QIWU_WEBHOOK_PREVIOUS_SECRETS`, see `signing`). Rows are claimed with a lease, so a crash
 //! mid-send loses nothing: the lease expires and a later run sends the row
 //! again (at least once; receivers de-duplicate by `notificationId`). A 2xx
 //! answer is a delivery; anything else, or no answer, a failed attempt.
@@ -12,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::Duration;
-use hmac::{Hmac, KeyInit, Mac};
 use qiwu_domain::settings::{self, WEBHOOK_URL};
 use qiwu_storage::{OutboxRecord, OutboxStatus, StorageError, Store};
 use serde_json::{Map, Value};
-use sha2::Sha256;
 
+use super::signing::SigningSecrets;
+pub use super::signing::signature;
 use super::{Handler, HandlerFuture};
 use crate::clock::{Clock, SystemClock};
 use crate::context::RunContext;
@@ -35,15 +36,16 @@ const SIGNATURE_HEADER: &str = "X-Qiwu-Signature";
 /// The `notify.dispatch` handler.
 pub struct Dispatch {
     store: Store,
-    /// `QIWU_WEBHOOK_SECRET`, read once at start-up.
-    secret: Option<String>,
+    /// `QIWU_WEBHOOK_SECRET` (and `QIWU_WEBHOOK_PREVIOUS_SECRETS`), read
+    /// once at start-up.
+    secret: Option<SigningSecrets>,
     /// Built once; an error is reported by every run rather than at start-up.
     client: Result<reqwest::Client, String>,
     clock: Arc<dyn Clock>,
 }
 
 impl Dispatch {
-    pub fn new(store: Store, secret: Option<String>) -> Dispatch {
+    pub fn new(store: Store, secret: Option<SigningSecrets>) -> Dispatch {
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -52,7 +54,7 @@ impl Dispatch {
             .map_err(|e| format!("cannot build the HTTP client: {e}"));
         Dispatch {
             store,
-            secret: secret.filter(|s| !s.is_empty()),
+            secret,
             client,
             clock: Arc::new(SystemClock),
         }
@@ -63,25 +65,6 @@ impl Dispatch {
         self.clock = clock;
         self
     }
-}
-
-/// `sha256=` followed by the hex HMAC-SHA256 of `{timestamp}.{body}`.
-pub fn signature(secret: &str, timestamp: &str, body: &str) -> String {
-    // HMAC takes keys of any length, so this cannot fail; an empty MAC
-    // would only make the receiver reject the call.
-    let Ok(mut mac) = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()) else {
-        return String::new();
-    };
-    mac.update(timestamp.as_bytes());
-    mac.update(b".");
-    mac.update(body.as_bytes());
-    let digest = mac.finalize().into_bytes();
-    let mut out = String::with_capacity(7 + digest.len() * 2);
-    out.push_str("sha256=");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
 }
 
 /// What one run did.
@@ -107,7 +90,7 @@ fn storage(e: StorageError) -> String {
 
 async fn dispatch(
     store: &Store,
-    secret: Option<String>,
+    secret: Option<SigningSecrets>,
     client: Result<reqwest::Client, String>,
     clock: Arc<dyn Clock>,
     mut ctx: RunContext,
@@ -216,12 +199,12 @@ async fn record(
 async fn deliver(
     client: &reqwest::Client,
     url: &str,
-    secret: &str,
+    secret: &SigningSecrets,
     clock: &dyn Clock,
     payload: &str,
 ) -> Result<(), String> {
     let timestamp = clock.now().timestamp().to_string();
-    let signature = signature(secret, &timestamp, payload);
+    let signature = secret.header_value(&timestamp, payload);
     let response = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -425,7 +408,7 @@ mod tests {
 
     /// An HMAC written out from its definition, to check the library use.
     fn hmac_reference(key: &str, message: &str) -> String {
-        use sha2::Digest;
+        use sha2::{Digest, Sha256};
         let mut k = [0u8; 64];
         k[..key.len()].copy_from_slice(key.as_bytes());
         let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();

@@ -7,6 +7,7 @@ pub mod dispatch;
 mod echo;
 pub mod purge;
 pub mod remote;
+pub mod signing;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -148,14 +149,15 @@ pub fn builtin_catalog() -> Result<HandlerCatalog, HandlerError> {
 }
 
 /// The built-in handlers with their implementations. `webhook_secret` is
-/// `QIWU_WEBHOOK_SECRET`, read once at start-up: `notify.dispatch` signs
-/// every delivery with it and sends nothing without it.
+/// `QIWU_WEBHOOK_SECRET` with `QIWU_WEBHOOK_PREVIOUS_SECRETS`, read once at
+/// start-up: `notify.dispatch` signs every delivery with them and sends
+/// nothing without them.
 ///
 /// `clock` is the engine's: in a cluster the one corrected to the
 /// database's, so a worker whose own clock runs ahead never purges early.
 pub fn builtin_registry(
     store: Store,
-    webhook_secret: Option<String>,
+    webhook_secret: Option<signing::SigningSecrets>,
     clock: Arc<dyn crate::clock::Clock>,
 ) -> Result<Registry, HandlerError> {
     Registry::new([

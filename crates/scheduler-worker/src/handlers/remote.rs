@@ -5,7 +5,9 @@
 //! "params"}` (`deadline` RFC 3339, or null for no limit). The headers carry
 //! `X-Qiwu-Timestamp` (Unix seconds) and `X-Qiwu-Signature` (`sha256=` and
 //! the hex HMAC-SHA256 of `{timestamp}.{body}`, the webhook's scheme), plus
-//! `X-Qiwu-Job`, `X-Qiwu-Fire` and `X-Qiwu-Attempt`. A 2xx answer's body is
+//! `X-Qiwu-Job`, `X-Qiwu-Fire` and `X-Qiwu-Attempt`. While a secret is
+//! rotated the signature header lists one signature per secret (see
+//! `signing`). A 2xx answer's body is
 //! the run's return value; anything else fails the attempt. The request
 //! times out at the attempt's deadline and is dropped at once when the
 //! handler is told to stop.
@@ -16,7 +18,8 @@ use std::time::Duration;
 use chrono::{SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use super::dispatch::{describe, signature};
+use super::dispatch::describe;
+use super::signing::SigningSecrets;
 use super::{Handler, HandlerFuture};
 use crate::context::{MAX_OUTPUT_CHARS, RunContext, cut};
 use crate::error::WorkerError;
@@ -57,7 +60,7 @@ pub struct RemoteHandler {
 
 struct Target {
     url: Url,
-    secret: String,
+    secret: SigningSecrets,
     client: reqwest::Client,
     /// `host[:port]`: what logs and errors name instead of the whole URL,
     /// which may carry a token in its path or query.
@@ -65,12 +68,16 @@ struct Target {
 }
 
 impl RemoteHandler {
-    pub fn new(url: Url, secret: String, client: reqwest::Client) -> RemoteHandler {
+    pub fn new(
+        url: Url,
+        secret: impl Into<SigningSecrets>,
+        client: reqwest::Client,
+    ) -> RemoteHandler {
         let host = host_of(&url);
         RemoteHandler {
             inner: Arc::new(Target {
                 url,
-                secret,
+                secret: secret.into(),
                 client,
                 host,
             }),
@@ -127,7 +134,7 @@ async fn call(
         .header(TIMESTAMP_HEADER, &timestamp)
         .header(
             SIGNATURE_HEADER,
-            signature(&target.secret, &timestamp, &body),
+            target.secret.header_value(&timestamp, &body),
         )
         .header(JOB_HEADER, ctx.job_id.to_string())
         .header(FIRE_HEADER, ctx.fire_id.to_string())
@@ -224,6 +231,7 @@ mod tests {
 
     use super::*;
     use crate::context::{LogSink, StopReason, Stopper, stop_pair};
+    use crate::handlers::signing::signature;
 
     const SECRET: &str = "remote-secret-0123456789";
 
@@ -358,7 +366,7 @@ mod tests {
     }
 
     fn handler(url: &Url) -> RemoteHandler {
-        RemoteHandler::new(url.clone(), SECRET.into(), client().unwrap())
+        RemoteHandler::new(url.clone(), SECRET, client().unwrap())
     }
 
     fn params() -> Map<String, Value> {

@@ -5,6 +5,8 @@
 pub mod alert_window;
 pub mod api_key;
 pub mod audit_log;
+pub mod calendar;
+pub mod calendar_date;
 pub mod fire;
 pub mod instance;
 pub mod job;

@@ -1,0 +1,368 @@
+//! Calendars (issue 11): the built-in `cn-workdays` (read-only) and user
+//! calendars (super admins write them; audited).
+
+use std::sync::Arc;
+
+use actix_web::{HttpResponse, delete, get, post, put, web};
+use chrono::Utc;
+use qiwu_domain::Lang;
+use qiwu_domain::calendar::user::{self, CalendarFieldError};
+use qiwu_domain::calendar::{Calendar, builtin};
+use qiwu_storage::StorageError;
+use serde_json::{Map, Value};
+
+use crate::audit::{self, Action, Target};
+use crate::auth::{Permission, Principal};
+use crate::calendar_dto::{CalendarDto, CalendarSummaryDto, CalendarWrite};
+use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::state::AppState;
+
+fn not_found(lang: Lang, code: &str) -> ApiError {
+    ApiError::not_found(
+        lang,
+        format!("日历 {code} 不存在"),
+        format!("Calendar {code} does not exist"),
+    )
+}
+
+fn read_only(lang: Lang, code: &str) -> ApiError {
+    ApiError::new(
+        lang,
+        ErrorKind::Conflict(Text::new(
+            format!("日历 {code} 是内置日历，不能修改或删除；需要别的日期请新建一个日历"),
+            format!(
+                "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
+            ),
+        )),
+    )
+}
+
+fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
+    errors
+        .iter()
+        .map(|e| {
+            ProblemFieldText::new(
+                e.field.clone(),
+                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
+            )
+        })
+        .collect()
+}
+
+fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+    match body {
+        Value::Object(map) => Ok(map),
+        _ => Err(ApiError::bad_request(
+            lang,
+            "请求体必须是一个 JSON 对象",
+            "The request body must be a JSON object",
+        )),
+    }
+}
+
+/// The calendar a code names, built-in or stored; `None` when there is none.
+pub async fn find_calendar(
+    state: &AppState,
+    lang: Lang,
+    code: &str,
+) -> Result<Option<Arc<Calendar>>, ApiError> {
+    if let Some(cal) = builtin::find(code) {
+        return Ok(Some(cal));
+    }
+    let Some(record) = state
+        .store
+        .calendars()
+        .get(code)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+    else {
+        return Ok(None);
+    };
+    record
+        .to_calendar()
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| ApiError::storage(lang, e))
+}
+
+/// Every calendar code a job may name: the built-in ones, then the stored.
+pub async fn calendar_codes(state: &AppState, lang: Lang) -> Result<Vec<String>, ApiError> {
+    let mut codes: Vec<String> = builtin::BUILTIN_CODES
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    codes.extend(
+        state
+            .store
+            .calendars()
+            .codes()
+            .await
+            .map_err(|e| ApiError::storage(lang, e))?,
+    );
+    Ok(codes)
+}
+
+/// A calendar as the audit log keeps it (Chinese names).
+fn calendar_json(dto: &CalendarDto) -> Option<Value> {
+    serde_json::to_value(dto).ok()
+}
+
+/// Lists calendars: the built-in ones first, then user calendars by code.
+#[utoipa::path(
+    tag = "calendars",
+    summary = "List calendars",
+    description = "The built-in `cn-workdays` (China's statutory holidays and make-up working days, read-only) and the user calendars, without their dates. Job editors read this list to pick a calendar.",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = Vec<CalendarSummaryDto>),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/calendars")]
+pub async fn list_calendars(
+    state: web::Data<AppState>,
+    who: Principal,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskBrowse])?;
+    let lang = who.lang;
+    let mut items: Vec<CalendarSummaryDto> = builtin::BUILTIN_CODES
+        .iter()
+        .filter_map(|code| builtin::find(code))
+        .map(|cal| CalendarSummaryDto::builtin(&cal, lang))
+        .collect();
+    items.extend(
+        state
+            .store
+            .calendars()
+            .list()
+            .await
+            .map_err(|e| ApiError::storage(lang, e))?
+            .into_iter()
+            .map(CalendarSummaryDto::user),
+    );
+    Ok(HttpResponse::Ok().json(items))
+}
+
+/// One calendar with every date (and, for the built-in one, the notices it
+/// is made of).
+#[utoipa::path(
+    tag = "calendars",
+    summary = "Get a calendar",
+    security(("bearer" = [])),
+    params(("code" = String, Path, description = "Calendar code, such as cn-workdays")),
+    responses(
+        (status = 200, body = CalendarDto),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[get("/api/calendars/{code}")]
+pub async fn get_calendar(
+    state: web::Data<AppState>,
+    who: Principal,
+    code: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskBrowse])?;
+    let lang = who.lang;
+    let code = code.into_inner();
+    if let Some(cal) = builtin::find(&code) {
+        return Ok(HttpResponse::Ok().json(CalendarDto::builtin(&cal, lang)));
+    }
+    let record = state
+        .store
+        .calendars()
+        .get(&code)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| not_found(lang, &code))?;
+    Ok(HttpResponse::Ok().json(CalendarDto::user(record)))
+}
+
+/// Creates a user calendar (super admins only).
+#[utoipa::path(
+    tag = "calendars",
+    summary = "Create a calendar",
+    description = "A named list of dates, each a `holiday` (a day off, even on a weekday) or a `workday` (a working day, even on a weekend). Without firstYear/lastYear the calendar has data for the years of its first and last date. Audited as `calendar.create`.",
+    security(("bearer" = [])),
+    request_body = CalendarWrite,
+    responses(
+        (status = 201, body = CalendarDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The code is taken", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/calendars")]
+pub async fn create_calendar(
+    state: web::Data<AppState>,
+    who: Principal,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let body = body_object(lang, body.into_inner())?;
+    let spec =
+        user::validate(&body, None).map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let created = state
+        .store
+        .calendars()
+        .create(&spec, &who.actor(), Utc::now())
+        .await
+        .map_err(|e| match e {
+            StorageError::AlreadyExists => ApiError::new(
+                lang,
+                ErrorKind::Conflict(Text::new(
+                    format!("日历 {} 已存在", spec.code),
+                    format!("Calendar {} already exists", spec.code),
+                )),
+            ),
+            other => ApiError::storage(lang, other),
+        })?;
+    let dto = CalendarDto::user(created);
+    audit::record(
+        &state,
+        &who,
+        Action::CalendarCreate,
+        Target::Calendar,
+        Some(dto.code.clone()),
+        format!("创建日历「{}」（{}）", dto.name, dto.code),
+        None,
+        calendar_json(&dto),
+    )
+    .await;
+    tracing::info!(calendar = %dto.code, actor = %who.sub, "calendar created");
+    Ok(HttpResponse::Created().json(dto))
+}
+
+/// Replaces a user calendar: name, description, years and every date
+/// (super admins only).
+#[utoipa::path(
+    tag = "calendars",
+    summary = "Replace a calendar",
+    description = "The body is a whole calendar, as for `POST`, without `code` but with the `version` it was based on (409 when stale). Absent optional fields become empty. Built-in calendars are read-only (409). Audited as `calendar.modify`.",
+    security(("bearer" = [])),
+    params(("code" = String, Path, description = "Calendar code")),
+    request_body = CalendarWrite,
+    responses(
+        (status = 200, body = CalendarDto),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Built in, or a stale version", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[put("/api/calendars/{code}")]
+pub async fn update_calendar(
+    state: web::Data<AppState>,
+    who: Principal,
+    code: web::Path<String>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let code = code.into_inner();
+    if builtin::is_builtin(&code) {
+        return Err(read_only(lang, &code));
+    }
+    let body = body_object(lang, body.into_inner())?;
+    let version = match body.get("version") {
+        Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v > 0) => n.as_i64().unwrap_or(0),
+        Some(_) => {
+            return Err(ApiError::field(
+                lang,
+                "version",
+                "version 应为正整数",
+                "version must be a positive integer",
+            ));
+        }
+        None => {
+            return Err(ApiError::field(
+                lang,
+                "version",
+                "必填：请带上修改前读到的 version",
+                "Required: send the version the edit is based on",
+            ));
+        }
+    };
+    let spec = user::validate(&body, Some(&code))
+        .map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let (before, after) = state
+        .store
+        .calendars()
+        .update(version, &spec, &who.actor(), Utc::now())
+        .await
+        .map_err(|e| match e {
+            StorageError::NotFound => not_found(lang, &code),
+            other => ApiError::storage(lang, other),
+        })?;
+    let (before, after) = (CalendarDto::user(before), CalendarDto::user(after));
+    audit::record(
+        &state,
+        &who,
+        Action::CalendarModify,
+        Target::Calendar,
+        Some(code.clone()),
+        format!("修改日历「{}」（{code}）", after.name),
+        calendar_json(&before),
+        calendar_json(&after),
+    )
+    .await;
+    tracing::info!(calendar = %code, version = ?after.version, actor = %who.sub, "calendar updated");
+    Ok(HttpResponse::Ok().json(after))
+}
+
+/// Deletes a user calendar (super admins only).
+#[utoipa::path(
+    tag = "calendars",
+    summary = "Delete a calendar",
+    description = "Built-in calendars are read-only (409). Audited as `calendar.delete`.",
+    security(("bearer" = [])),
+    params(("code" = String, Path, description = "Calendar code")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Built in", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[delete("/api/calendars/{code}")]
+pub async fn delete_calendar(
+    state: web::Data<AppState>,
+    who: Principal,
+    code: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    who.require_super_admin()?;
+    let lang = who.lang;
+    let code = code.into_inner();
+    if builtin::is_builtin(&code) {
+        return Err(read_only(lang, &code));
+    }
+    // Jobs do not name calendars yet (the engine integration of issue 11
+    // adds the column); once they do, a calendar a job uses must be refused
+    // here with 409, as a job group still in use is.
+    let deleted = state
+        .store
+        .calendars()
+        .delete(&code)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?
+        .ok_or_else(|| not_found(lang, &code))?;
+    let dto = CalendarDto::user(deleted);
+    audit::record(
+        &state,
+        &who,
+        Action::CalendarDelete,
+        Target::Calendar,
+        Some(code.clone()),
+        format!("删除日历「{}」（{code}）", dto.name),
+        calendar_json(&dto),
+        None,
+    )
+    .await;
+    tracing::info!(calendar = %code, actor = %who.sub, "calendar deleted");
+    Ok(HttpResponse::NoContent().finish())
+}
