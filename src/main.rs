@@ -66,13 +66,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let command = cli.command.unwrap_or(Command::Serve);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -83,7 +77,23 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli.command.unwrap_or(Command::Serve)));
+    // Logs and traces first; the trace exporter runs on the runtime.
+    let telemetry = {
+        let _runtime = runtime.enter();
+        match start_telemetry(&command) {
+            Ok(telemetry) => telemetry,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    };
+    let result = runtime.block_on(async {
+        let result = run(command).await;
+        // Spans still queued go out before the process ends.
+        telemetry.shutdown(std::time::Duration::from_secs(5)).await;
+        result
+    });
     // A handler that never yields must not hold the exit past the grace.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
@@ -93,6 +103,31 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Installs the log subscriber (`QIWU_LOG_FORMAT`, `RUST_LOG`) and, for
+/// the long-running roles, the trace exporter when `OTEL_*` asks for it.
+fn start_telemetry(command: &Command) -> anyhow::Result<qiwu_telemetry::Telemetry> {
+    let format = qiwu_telemetry::LogFormat::from_env()?;
+    let role = match command {
+        Command::Serve => Some(Role::Serve),
+        Command::Api => Some(Role::Api),
+        Command::Worker => Some(Role::Worker),
+        _ => None,
+    };
+    let traces = match role {
+        Some(_) => qiwu_telemetry::TraceConfig::from_env()?,
+        None => None,
+    };
+    let role_name = role.map_or("tool", Role::name);
+    let telemetry = qiwu_telemetry::init(format, traces.as_ref().map(|t| (t, role_name)))?;
+    if telemetry.tracing() {
+        tracing::info!(
+            role = role_name,
+            "exporting traces over OTLP (OTEL_* variables)"
+        );
+    }
+    Ok(telemetry)
 }
 
 async fn run(command: Command) -> anyhow::Result<()> {

@@ -69,7 +69,7 @@ pub enum Role {
 }
 
 impl Role {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Role::Serve => "serve",
             Role::Api => "api",
@@ -241,14 +241,14 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             EngineStatus::Stopping => Some("stopping".to_string()),
         }) as qiwu_api::ops::EngineReadiness
     });
-    let ops = qiwu_api::ops::Ops {
-        store: store.clone(),
-        coord: coord.clone(),
-        skew_ms: skew.filter(|_| coord.is_some()),
-        max_skew_ms,
-        role: role.name(),
-        engine: engine_ready,
-    };
+    let mut ops = qiwu_api::ops::Ops::new(store.clone(), role.name());
+    ops.coord = coord.clone();
+    ops.skew_ms = skew.filter(|_| coord.is_some());
+    ops.max_skew_ms = max_skew_ms;
+    ops.engine = engine_ready;
+    // The per-job series come from the database, once per API process
+    // rather than once per worker.
+    ops.database_series = role != Role::Worker;
     let keys = match role {
         Role::Worker => None,
         _ => {
@@ -275,7 +275,12 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         }),
     });
     let server = actix_web::HttpServer::new(move || {
-        let app = actix_web::App::new().wrap(actix_web::middleware::Compress::default());
+        let app = actix_web::App::new()
+            .wrap(actix_web::middleware::Compress::default())
+            // Outermost: request id, span and metrics see every answer.
+            .wrap(actix_web::middleware::from_fn(
+                qiwu_api::observe::middleware,
+            ));
         match &state {
             Some(state) => app.configure(qiwu_api::configure(state.clone(), ops.clone())),
             None => app.configure(qiwu_api::ops::configure_worker(ops.clone())),

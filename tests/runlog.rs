@@ -212,6 +212,7 @@ async fn insert_runs(store: &Store, runs: &[NewRun]) -> Vec<i64> {
             error: Set(r.error.clone()),
             swept_at: Set(None),
             deleted_at: Set(r.deleted.then_some(r.started_at + 1)),
+            trace_id: Set(None),
         };
         let res = run::Entity::insert(model)
             .exec(store.connection())

@@ -199,16 +199,22 @@ pub struct RunDetailDto {
     pub output: String,
     /// Why the attempt failed (at most 4 000 characters); empty on success.
     pub error: String,
+    /// The OpenTelemetry trace the attempt ran in (32 hex digits), to look
+    /// it up in Jaeger or Tempo; null when tracing was off, the trace was
+    /// not sampled, or the run never started (skipped at its claim).
+    pub trace_id: Option<String>,
 }
 
 impl RunDetailDto {
     pub fn new(mut r: RunRecord) -> RunDetailDto {
         let output = std::mem::take(&mut r.output);
         let error = std::mem::take(&mut r.error);
+        let trace_id = r.trace_id.take();
         RunDetailDto {
             run: RunSummaryDto::new(r),
             output,
             error,
+            trace_id,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The one mapping from every API failure to an HTTP problem response.
 //!
 //! Bodies are `application/problem+json` in the request's language. A 5xx
-//! body never carries the cause: the cause is logged with a request-unique
-//! reference that the body repeats.
+//! body never carries the cause: the cause is logged in the request's log
+//! lines, which carry its request id, and the body repeats that id as
+//! `instance`.
 
 use std::fmt;
 
@@ -24,6 +25,11 @@ pub struct Problem {
     pub status: u16,
     pub detail: String,
     pub errors: Vec<ProblemField>,
+    /// On 5xx answers: this request's id (also in the `X-Request-Id`
+    /// header and in every log line of the request), to find the cause in
+    /// the service log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// One invalid field of the request.
@@ -268,6 +274,10 @@ impl ApiError {
             status: status.as_u16(),
             detail,
             errors,
+            instance: status
+                .is_server_error()
+                .then(crate::observe::current_request_id)
+                .flatten(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod dto;
 pub mod error;
 pub mod export;
 pub mod notify_dto;
+pub mod observe;
 pub mod ops;
 pub mod query;
 pub mod routes;

@@ -23,6 +23,7 @@ use qiwu_storage::{
     Trigger,
 };
 use tokio::sync::{mpsc, watch};
+use tracing::Instrument;
 
 use crate::context::shutting_down;
 use crate::engine::Shared;
@@ -205,6 +206,7 @@ impl Claimer {
                 _ => self.claim_manual().await,
             },
         };
+        crate::observe::claim_queue(self.order.len() + self.manual.len());
         match result {
             Ok(()) => {
                 self.unreachable = false;
@@ -354,6 +356,7 @@ impl Claimer {
             .zip(slots)
             .zip(claims.iter().zip(outcomes))
         {
+            crate::observe::claimed(Trigger::Schedule, &outcome);
             match outcome {
                 ClaimOutcome::Claimed(claimed) => self.start(*claimed, slot, None),
                 ClaimOutcome::Taken => {}
@@ -399,6 +402,7 @@ impl Claimer {
         let mut claims = Vec::new();
         let mut notes = Vec::new();
         let mut asked = Vec::new();
+        let mut counts = Vec::new();
         for &(job_id, through, reason) in &batch {
             let Some(job) = jobs.get(&job_id).filter(|j| j.enabled) else {
                 continue;
@@ -423,6 +427,7 @@ impl Claimer {
             };
             notes.push(run_once.then(|| missed_text(&missed, reason, tz, true)));
             asked.push((job_id, through, reason));
+            counts.push(missed.count);
             claims.push(TimeClaim {
                 job_id,
                 trigger: Trigger::Misfire,
@@ -449,9 +454,10 @@ impl Claimer {
                 return Err(e);
             }
         };
-        for ((outcome, note), (job_id, through, reason)) in
-            outcomes.into_iter().zip(notes).zip(asked)
+        for (((outcome, note), (job_id, through, reason)), count) in
+            outcomes.into_iter().zip(notes).zip(asked).zip(counts)
         {
+            crate::observe::caught_up(&outcome, reason, count);
             match outcome {
                 ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, note),
                 ClaimOutcome::Taken => {}
@@ -510,6 +516,7 @@ impl Claimer {
             }
         };
         for (id, outcome) in ids.into_iter().zip(outcomes) {
+            crate::observe::claimed(Trigger::Manual, &outcome);
             self.manual_known.remove(&id);
             if let ClaimOutcome::Claimed(claimed) = outcome {
                 self.start(*claimed, None, None);
@@ -523,9 +530,11 @@ impl Claimer {
     /// the free places; a catch-up run beyond them waits for one.
     fn start(&mut self, claimed: Claimed, slot: Option<Slot>, note: Option<String>) {
         let Some(job) = claimed.job else {
+            crate::observe::ended_at_claim(None, claimed.status);
             return;
         };
         if claimed.status != RunStatus::Running {
+            crate::observe::ended_at_claim(Some(&job.handler), claimed.status);
             return;
         }
         let shared = Arc::clone(&self.shared);
@@ -552,7 +561,8 @@ impl Claimer {
                 lock: None,
                 _permit: permit,
             };
-            fire.run(stop).await;
+            let span = crate::observe::fire_span(&fire).await;
+            fire.run(stop).instrument(span).await;
         });
     }
 

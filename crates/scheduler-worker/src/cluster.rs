@@ -148,8 +148,13 @@ pub(crate) async fn heartbeat_loop(hb: Heartbeat, mut shutdown: watch::Receiver<
     let mut sight = Sight::default();
     loop {
         match beat(&hb, started, &sight).await {
-            Ok(now) => sight.saw(now, hb.config.heartbeat_every),
+            Ok(now) => {
+                sight.saw(now, hb.config.heartbeat_every);
+                let live = hb.membership.borrow().live.len();
+                crate::observe::heartbeat(true, hb.skew_ms.load(Ordering::Relaxed), Some(live));
+            }
             Err(e) => {
+                crate::observe::heartbeat(false, 0, None);
                 sight.lost();
                 tracing::warn!(error = %e, "heart-beat failed");
             }

@@ -252,8 +252,10 @@ impl Engine {
             claims,
             last_reconcile: shared.clock.now(),
         };
+        crate::observe::watch_in_flight(&shared);
         state.load(catalog, start_line(&shared));
         state.poll_pending().await;
+        crate::observe::loop_state(state.timers.len(), state.catalog.len());
         status.send_replace(EngineStatus::Running);
         tracing::info!(armed = state.timers.len(), known = state.catalog.len(), instance = %shared.config.instance, "engine started");
         state
@@ -543,7 +545,10 @@ impl Loop {
     /// Handles one event; false when the loop must end.
     async fn handle(&mut self, event: Event) -> bool {
         match event {
-            Event::Due => self.on_due(),
+            Event::Due => {
+                crate::observe::timer_woke();
+                self.on_due()
+            }
             Event::Command(Command::JobChanged(id)) | Event::Feedback(Feedback::Stale(id)) => {
                 self.reload(id).await
             }
@@ -559,6 +564,7 @@ impl Loop {
             }
             Event::Shutdown => return false,
         }
+        crate::observe::loop_state(self.timers.len(), self.catalog.len());
         true
     }
 
@@ -638,11 +644,16 @@ impl Loop {
                 let line = started - ARM_GRACE;
                 for schedule in changed {
                     let id = schedule.id;
+                    let before = self.timers.armed(id).map(|a| a.schedule_from);
                     self.apply(id, Some(schedule), line);
+                    let after = self.timers.armed(id).map(|a| a.schedule_from);
+                    crate::observe::repaired(before, after);
                 }
                 self.last_reconcile = started;
+                crate::observe::reconciled(true);
             }
             Err(e) => {
+                crate::observe::reconciled(false);
                 tracing::error!(error = %e, "reconciliation failed; retrying at the next one")
             }
         }

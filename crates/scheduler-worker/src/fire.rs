@@ -20,6 +20,7 @@ use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::context::{
     LogSink, MAX_ERROR_CHARS, RunContext, StopReason, Stopper, cut, output_of, shutting_down,
@@ -165,17 +166,31 @@ impl Fire {
         if let Err((status, output, error)) = self.take_lock().await {
             return self.end_at_once(status, output, error).await;
         }
+        crate::observe::fire_started(self.trigger, self.scheduled_at, self.shared.clock.now());
         loop {
             let attempts_left = self.attempt < self.attempts();
-            let mut attempt = self.attempt_once(&handler, &params, &mut stop).await;
+            let span = crate::observe::attempt_span(
+                &self.job,
+                self.attempt,
+                self.trigger,
+                self.scheduled_at,
+            );
+            let running = qiwu_telemetry::metrics().running();
+            let mut attempt = self
+                .attempt_once(&handler, &params, &mut stop)
+                .instrument(span.clone())
+                .await;
             let decision = decide(
                 &attempt.outcome,
                 &attempt.log.contents(),
                 self.job.timeout_ms,
                 attempts_left,
             );
+            let seconds = attempt.started.elapsed().as_secs_f64();
+            crate::observe::attempt_decided(&span, &self.job.handler, &decision, seconds);
             let retry = decision.retry;
             self.record(&attempt, decision).await;
+            drop(running);
             match attempt.outcome {
                 Outcome::TimedOut => {
                     self.alert_timeout(attempt.started_at).await;
@@ -246,6 +261,7 @@ impl Fire {
         {
             Ok(Some(lease)) => {
                 tracing::debug!(job = self.job.id, token = lease.token(), "job lock taken");
+                crate::observe::lock_event("lock.acquired", self.job.id, lease.token());
                 self.lock = Some(lease);
                 Ok(())
             }
@@ -285,7 +301,8 @@ impl Fire {
             log: log.clone(),
         };
         let started = tokio::time::Instant::now();
-        let mut task = tokio::spawn(handler.run(params.clone(), ctx));
+        // In the attempt's span: an outgoing call carries its traceparent.
+        let mut task = tokio::spawn(handler.run(params.clone(), ctx).in_current_span());
         let deadline = async {
             match timeout {
                 Some(t) => tokio::time::sleep(t).await,
@@ -350,6 +367,7 @@ impl Fire {
             duration_ms: i64::try_from(attempt.started.elapsed().as_millis()).unwrap_or(i64::MAX),
             output: decision.output,
             error: decision.error,
+            trace_id: crate::observe::trace_id(),
         };
         self.write_end(end).await;
     }
@@ -362,12 +380,16 @@ impl Fire {
             duration_ms: 0,
             output: output.to_string(),
             error: cut(error, MAX_ERROR_CHARS),
+            trace_id: crate::observe::trace_id(),
         };
         self.write_end(end).await;
     }
 
     async fn write_end(&self, end: RunEnd) {
-        match self.shared.recorder.record(self.run_id, end).await {
+        let status = end.status;
+        let written = self.shared.recorder.record(self.run_id, end).await;
+        crate::observe::run_end_written(&self.job.handler, status, written);
+        match written {
             Some(EndWritten::Recorded) => {}
             Some(EndWritten::NoRow) => tracing::error!(
                 job = self.job.id,
@@ -469,6 +491,7 @@ impl Fire {
     /// Records the next attempt's run row; false when it cannot be written
     /// before the process stops.
     async fn next_attempt(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
+        crate::observe::retry(&self.job.handler);
         self.attempt += 1;
         let mut backoff = Duration::from_millis(200);
         loop {

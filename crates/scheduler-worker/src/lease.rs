@@ -63,7 +63,13 @@ impl LockLease {
         for wait in [50, 100, 200, 0] {
             if let Some(lock) = coord.try_lock(job_id, instance, ttl).await? {
                 let (lost_tx, lost) = watch::channel(false);
-                let renewal = tokio::spawn(renew(coord.clone(), lock.clone(), ttl, lost_tx));
+                // In the fire's span: renewals and a loss are its events.
+                let renewal = tokio::spawn(tracing::Instrument::in_current_span(renew(
+                    coord.clone(),
+                    lock.clone(),
+                    ttl,
+                    lost_tx,
+                )));
                 return Ok(Some(LockLease {
                     coord: coord.clone(),
                     lock,
@@ -123,9 +129,10 @@ async fn renew(coord: Coord, lock: JobLock, ttl: Duration, lost: watch::Sender<b
     loop {
         tokio::time::sleep(ttl / 3).await;
         match coord.renew(&lock, ttl).await {
-            Ok(true) => {}
+            Ok(true) => crate::observe::lock_event("lock.renewed", lock.job_id, lock.token),
             Ok(false) | Err(_) => {
                 tracing::error!(job = lock.job_id, token = lock.token, "job lock lost");
+                crate::observe::lock_event("lock.lost", lock.job_id, lock.token);
                 let _ = lost.send(true);
                 return;
             }

@@ -11,6 +11,7 @@ mod error;
 mod fire;
 pub mod handlers;
 mod lease;
+mod observe;
 mod recorder;
 pub mod seed;
 #[cfg(test)]

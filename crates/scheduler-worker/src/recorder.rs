@@ -58,6 +58,7 @@ fn fallback(finished_at: DateTime<Utc>, duration_ms: i64) -> RunEnd {
         duration_ms,
         output: String::new(),
         error: END_WRITE_FALLBACK.to_string(),
+        trace_id: None,
     }
 }
 
@@ -87,11 +88,13 @@ async fn write_group(store: &Store, group: Vec<EndRequest>) {
                 return;
             }
             Err(e) if e.is_unavailable() => {
+                crate::observe::end_write_failed("unreachable");
                 tracing::warn!(error = %e, runs = ends.len(), "the database is unreachable; run ends wait for it");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             Err(e) => {
+                crate::observe::end_write_failed("refused");
                 tracing::error!(error = ?e, runs = ends.len(), "the database refused run ends; writing each alone");
                 for request in group {
                     write_alone(store, request).await;
@@ -113,11 +116,16 @@ async fn write_alone(store: &Store, request: EndRequest) {
                 return;
             }
             Err(e) if e.is_unavailable() => {
+                crate::observe::end_write_failed("unreachable");
                 tracing::warn!(run = request.run_id, error = %e, "the database is unreachable; the run end waits for it");
             }
             Err(e) => {
                 refusals += 1;
+                crate::observe::end_write_failed("refused");
                 tracing::error!(run = request.run_id, refusals, error = ?e, "the database refused a run end");
+                if refusals == MAX_REFUSALS {
+                    crate::observe::end_write_failed("fallback");
+                }
                 if refusals >= MAX_REFUSALS {
                     end = fallback(end.finished_at, end.duration_ms);
                 }

@@ -57,12 +57,16 @@ impl std::fmt::Debug for Coord {
 }
 
 async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StorageError> {
-    match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
+    let result = match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
         Ok(result) => Ok(result?),
         Err(_) => Err(StorageError::RedisPool(
             "redis did not answer within 1 s".into(),
         )),
+    };
+    if result.is_err() {
+        crate::stats::redis_error();
     }
+    result
 }
 
 const RENEW: &str = r"
@@ -90,6 +94,14 @@ impl Coord {
     }
 
     async fn conn(&self) -> Result<deadpool_redis::Connection, StorageError> {
+        let conn = self.checkout().await;
+        if conn.is_err() {
+            crate::stats::redis_error();
+        }
+        conn
+    }
+
+    async fn checkout(&self) -> Result<deadpool_redis::Connection, StorageError> {
         match tokio::time::timeout(COMMAND_TIMEOUT, self.pool.get()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(StorageError::RedisPool(e.to_string())),

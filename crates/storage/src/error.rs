@@ -7,7 +7,7 @@ use sea_orm::{DbErr, SqlErr};
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     #[error("database error")]
-    Db(#[from] DbErr),
+    Db(#[source] DbErr),
     #[error("not found")]
     NotFound,
     #[error("stale version: current is {current}")]
@@ -27,6 +27,19 @@ pub enum StorageError {
     /// A paging cursor that none of our lists handed out (the API answers 400).
     #[error("invalid cursor")]
     InvalidCursor,
+}
+
+impl From<DbErr> for StorageError {
+    fn from(e: DbErr) -> StorageError {
+        // Counted here, the one door every database error passes.
+        if matches!(
+            e,
+            DbErr::ConnectionAcquire(sea_orm::error::ConnAcquireErr::Timeout)
+        ) {
+            crate::stats::db_acquire_timeout();
+        }
+        StorageError::Db(e)
+    }
 }
 
 /// True when the database rejected a write because of a unique key or primary

@@ -13,11 +13,13 @@ mod fires;
 mod groups;
 mod jobs;
 mod keyset;
+mod monitor;
 mod notifications;
 mod purge;
 mod runs;
 mod seeds;
 mod settings;
+pub mod stats;
 mod store;
 pub mod timestamp;
 
@@ -33,6 +35,7 @@ pub use fires::{
 };
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, JobSchedule, NewJob};
+pub use monitor::{JobHealth, MonitorRepo, PoolStats};
 pub use notifications::{
     NewNotification, NotificationCursor, NotificationPage, NotificationRecord, NotificationRepo,
     OUTBOX_MAX_ATTEMPTS, OutboxRecord, OutboxRepo, OutboxStatus, TEMPLATE_MODIFY_ACTION,

@@ -43,6 +43,8 @@ pub struct RunRecord {
     pub error: String,
     /// Always `None` for what this module returns.
     pub deleted_at: Option<DateTime<Utc>>,
+    /// The attempt's trace, when it was traced and sampled.
+    pub trace_id: Option<String>,
 }
 
 impl TryFrom<run::Model> for RunRecord {
@@ -66,6 +68,7 @@ impl TryFrom<run::Model> for RunRecord {
             output: m.output,
             error: m.error,
             deleted_at: m.deleted_at.map(from_millis).transpose()?,
+            trace_id: m.trace_id,
         })
     }
 }

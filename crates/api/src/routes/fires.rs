@@ -51,7 +51,12 @@ pub async fn run_once(
     let fire_id = state
         .store
         .fires()
-        .create_manual(job.id, Utc::now())
+        // The fire's trace continues this request's.
+        .create_manual_traced(
+            job.id,
+            Utc::now(),
+            qiwu_telemetry::trace::traceparent(&tracing::Span::current()).as_deref(),
+        )
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
     state.changes.fire_queued(fire_id);

@@ -196,6 +196,7 @@ mod tests {
             error: Set(String::new()),
             swept_at: Set(None),
             deleted_at: Set(deleted.then_some(ms)),
+            trace_id: Set(None),
         }
         .insert(store.connection())
         .await

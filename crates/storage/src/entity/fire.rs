@@ -26,6 +26,8 @@ pub struct Model {
     pub claimed_by: Option<String>,
     pub claimed_at: Option<i64>,
     pub created_at: i64,
+    /// W3C trace context of the request that queued a run-once fire.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -30,6 +30,8 @@ pub struct Model {
     pub swept_at: Option<i64>,
     /// Soft delete: hidden from the API at once, purged by `audit.purge` later.
     pub deleted_at: Option<i64>,
+    /// The trace of the attempt (32 hex digits) when it was traced and sampled.
+    pub trace_id: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

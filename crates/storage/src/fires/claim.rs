@@ -439,6 +439,7 @@ async fn record_first_runs(
             error: Set(storable(&error).into_owned()),
             swept_at: Set(None),
             deleted_at: Set(None),
+            trace_id: Set(None),
         });
     }
     run::Entity::insert_many(models).exec(txn).await?;

@@ -62,13 +62,15 @@ impl FireRepo<'_> {
                         Value::from(Ord::max(end.duration_ms, 0)),
                         Value::from(storable(&end.output).into_owned()),
                         Value::from(storable(&end.error).into_owned()),
+                        Value::from(end.trace_id.clone()),
                     ]
                 })
                 .collect();
             let mut sql = Sql::new(Backend::Postgres);
             sql.push(
                 "UPDATE runs SET status = u.status, finished_at = u.finished_at, \
-                 duration_ms = u.duration_ms, output = u.output, error = u.error FROM ",
+                 duration_ms = u.duration_ms, output = u.output, error = u.error, \
+                 trace_id = COALESCE(u.trace_id, runs.trace_id) FROM ",
             )
             .rows(
                 &[
@@ -78,6 +80,7 @@ impl FireRepo<'_> {
                     "duration_ms",
                     "output",
                     "error",
+                    "trace_id",
                 ],
                 rows,
                 "u",
@@ -129,6 +132,14 @@ impl FireRepo<'_> {
                     storable(&end.output).into_owned().into(),
                 )
                 .col_expr(run::Column::Error, storable(&end.error).into_owned().into())
+                .col_expr(
+                    run::Column::TraceId,
+                    sea_orm::sea_query::Func::coalesce([
+                        sea_orm::sea_query::Expr::val(end.trace_id.clone()),
+                        sea_orm::sea_query::Expr::col(run::Column::TraceId),
+                    ])
+                    .into(),
+                )
                 .filter(run::Column::Id.eq(*id))
                 .filter(
                     run::Column::Status

@@ -114,6 +114,8 @@ pub struct RunEnd {
     pub duration_ms: i64,
     pub output: String,
     pub error: String,
+    /// The trace the attempt ran in (sampled traces only); kept when `None`.
+    pub trace_id: Option<String>,
 }
 
 /// A fire waiting for an instance ("run once" requests).
@@ -168,6 +170,7 @@ impl FireRepo<'_> {
             error: Set(String::new()),
             swept_at: Set(None),
             deleted_at: Set(None),
+            trace_id: Set(None),
         };
         Ok(model.insert(self.store.connection()).await?.id)
     }
@@ -178,6 +181,17 @@ impl FireRepo<'_> {
         &self,
         job_id: i64,
         now: DateTime<Utc>,
+    ) -> Result<i64, StorageError> {
+        self.create_manual_traced(job_id, now, None).await
+    }
+
+    /// [`FireRepo::create_manual`], remembering the W3C `traceparent` of
+    /// the request that queued it: the fire's trace continues that one.
+    pub async fn create_manual_traced(
+        &self,
+        job_id: i64,
+        now: DateTime<Utc>,
+        traceparent: Option<&str>,
     ) -> Result<i64, StorageError> {
         let mut at = to_millis(now);
         for _ in 0..100 {
@@ -193,6 +207,7 @@ impl FireRepo<'_> {
                 claimed_by: Set(None),
                 claimed_at: Set(None),
                 created_at: Set(to_millis(now)),
+                traceparent: Set(traceparent.map(str::to_string)),
             };
             match model.insert(self.store.connection()).await {
                 Ok(fire) => return Ok(fire.id),
@@ -212,6 +227,17 @@ impl FireRepo<'_> {
             .one(self.store.connection())
             .await?;
         row.map(pending_fire).transpose()
+    }
+
+    /// The `traceparent` a run-once fire was queued with.
+    pub async fn traceparent(&self, fire_id: i64) -> Result<Option<String>, StorageError> {
+        let found: Option<Option<String>> = fire::Entity::find_by_id(fire_id)
+            .select_only()
+            .column(fire::Column::Traceparent)
+            .into_tuple()
+            .one(self.store.connection())
+            .await?;
+        Ok(found.flatten())
     }
 
     /// Pending fires, oldest first.

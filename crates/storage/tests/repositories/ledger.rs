@@ -354,6 +354,7 @@ fn end(status: RunStatus, output: &str) -> RunEnd {
         duration_ms: 1500,
         output: output.to_string(),
         error: String::new(),
+        trace_id: None,
     }
 }
 

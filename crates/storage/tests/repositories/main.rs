@@ -386,6 +386,7 @@ async fn every_entity_round_trips(store: Store) {
         claimed_by: None,
         claimed_at: None,
         created_at: ms,
+        traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -428,6 +429,7 @@ async fn every_entity_round_trips(store: Store) {
         error: String::new(),
         swept_at: None,
         deleted_at: None,
+        trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -1291,6 +1293,7 @@ mod run_and_audit_logs {
             error: Set(String::new()),
             swept_at: Set(None),
             deleted_at: Set(None),
+            trace_id: Set(None),
         }
     }
 
@@ -2356,6 +2359,7 @@ mod notify_scenarios {
             error: Set(String::new()),
             swept_at: Set(None),
             deleted_at: Set(deleted.then_some(started_at)),
+            trace_id: Set(None),
         }
     }
 
