@@ -121,7 +121,7 @@ pub async fn middleware(
                 .match_pattern()
                 .unwrap_or_else(|| "unmatched".to_string());
             span.record("http.route", route.as_str());
-            span.record("otel.name", format!("{method} {route}").as_str());
+            qiwu_telemetry::trace::rename(&span, format!("{method} {route}"));
             span.record("http.response.status_code", status);
             if status >= 500 {
                 span.record("otel.status_code", "ERROR");

@@ -409,6 +409,14 @@ pub fn trace_id(span: &tracing::Span) -> Option<String> {
     (sc.is_valid() && sc.is_sampled()).then(|| sc.trace_id().to_string())
 }
 
+/// Renames `span` in traces (an HTTP span learns its route template only
+/// once the request was routed); nothing when tracing is off.
+pub fn rename(span: &tracing::Span, name: String) {
+    if enabled() {
+        span.context().span().update_name(name);
+    }
+}
+
 /// Adds an event with integer attributes to the current span (a job lock
 /// acquired, renewed, lost); nothing when tracing is off.
 pub fn event(name: &'static str, attributes: &[(&'static str, i64)]) {

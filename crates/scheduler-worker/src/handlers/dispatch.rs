@@ -205,11 +205,16 @@ async fn deliver(
 ) -> Result<(), String> {
     let timestamp = clock.now().timestamp().to_string();
     let signature = secret.header_value(&timestamp, payload);
-    let response = client
+    let mut request = client
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .header(TIMESTAMP_HEADER, &timestamp)
-        .header(SIGNATURE_HEADER, signature)
+        .header(SIGNATURE_HEADER, signature);
+    // While tracing, the delivery names the dispatch attempt's span.
+    if let Some(parent) = qiwu_telemetry::trace::traceparent(&tracing::Span::current()) {
+        request = request.header("traceparent", parent);
+    }
+    let response = request
         .body(payload.to_owned())
         .send()
         .await

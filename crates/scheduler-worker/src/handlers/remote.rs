@@ -5,7 +5,8 @@
 //! "params"}` (`deadline` RFC 3339, or null for no limit). The headers carry
 //! `X-Qiwu-Timestamp` (Unix seconds) and `X-Qiwu-Signature` (`sha256=` and
 //! the hex HMAC-SHA256 of `{timestamp}.{body}`, the webhook's scheme), plus
-//! `X-Qiwu-Job`, `X-Qiwu-Fire` and `X-Qiwu-Attempt`. While a secret is
+//! `X-Qiwu-Job`, `X-Qiwu-Fire` and `X-Qiwu-Attempt`, and `traceparent`
+//! (the attempt's span) while tracing. While a secret is
 //! rotated the signature header lists one signature per secret (see
 //! `signing`). A 2xx answer's body is
 //! the run's return value; anything else fails the attempt. The request
@@ -140,6 +141,10 @@ async fn call(
         .header(FIRE_HEADER, ctx.fire_id.to_string())
         .header(ATTEMPT_HEADER, ctx.attempt.to_string())
         .body(body);
+    // The receiver can join the attempt's trace (W3C Trace Context).
+    if let Some(parent) = qiwu_telemetry::trace::traceparent(&tracing::Span::current()) {
+        request = request.header("traceparent", parent);
+    }
     if let Some(deadline) = ctx.deadline {
         // The executor times the attempt out too; this bounds the request
         // itself, so nothing is left in flight past the deadline.

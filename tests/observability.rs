@@ -1,0 +1,488 @@
+//! Observability, black-box: the real `serve` binary with traces exported
+//! to an OTLP/HTTP receiver inside the test, JSON logs, request ids, and
+//! its `/metrics` parsed strictly.
+
+mod common;
+mod observe;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{SECRET, admin_token, client};
+use observe::{Proc, Receiver, parse_exposition, until, value};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(30);
+const REMOTE_SECRET: &str = "remote-secret-0123456789";
+/// The caller's trace and span, as its `traceparent` names them.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A span with its resource's `service.name`.
+#[derive(Debug, Clone)]
+struct Got {
+    service: String,
+    span: Span,
+}
+
+impl Got {
+    fn attr(&self, key: &str) -> Option<String> {
+        self.span
+            .attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                AnyValue::StringValue(s) => Some(s.clone()),
+                AnyValue::IntValue(i) => Some(i.to_string()),
+                AnyValue::BoolValue(b) => Some(b.to_string()),
+                AnyValue::DoubleValue(d) => Some(d.to_string()),
+                _ => None,
+            })
+    }
+
+    fn trace(&self) -> String {
+        hex(&self.span.trace_id)
+    }
+
+    fn id(&self) -> String {
+        hex(&self.span.span_id)
+    }
+
+    fn parent(&self) -> String {
+        hex(&self.span.parent_span_id)
+    }
+}
+
+/// Every span the receiver got so far.
+fn spans(receiver: &Receiver) -> Vec<Got> {
+    let mut out = Vec::new();
+    for request in receiver.received("/v1/traces") {
+        let decoded =
+            ExportTraceServiceRequest::decode(request.body.as_slice()).expect("OTLP protobuf");
+        for resource in decoded.resource_spans {
+            let service = resource
+                .resource
+                .as_ref()
+                .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    AnyValue::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    out.push(Got {
+                        service: service.clone(),
+                        span,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn config_file(receiver: &Receiver) -> String {
+    format!(
+        r#"[[handlers]]
+name = "remote.work"
+title_zh = "远程任务"
+title_en = "Remote work"
+url = "http://{}/remote"
+secret = "{REMOTE_SECRET}"
+"#,
+        receiver.addr
+    )
+}
+
+/// `serve` on SQLite in its own directory, with JSON logs, the remote
+/// handler declared, and traces exported to `receiver` when `tracing`.
+fn serve(receiver: &Receiver, tracing: bool) -> Proc {
+    let mut env: Vec<(&str, String)> = vec![
+        ("QIWU_LISTEN", "127.0.0.1:0".into()),
+        ("QIWU_DATABASE_URL", "sqlite://qiwu.db".into()),
+        ("QIWU_JWT_SECRET", SECRET.into()),
+        ("QIWU_TIMEZONE", "UTC".into()),
+        ("QIWU_LOG_FORMAT", "json".into()),
+        ("QIWU_CONFIG", "handlers.toml".into()),
+    ];
+    if tracing {
+        env.extend([
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://{}", receiver.addr),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+            ("OTEL_SERVICE_NAME", "qiwu-test".into()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+        ]);
+    }
+    Proc::start(
+        "observe",
+        &["serve"],
+        &env,
+        &[("handlers.toml", config_file(receiver))],
+    )
+}
+
+async fn create_job(p: &Proc, name: &str, handler: &str, cron: &str) -> i64 {
+    let res = client()
+        .post(p.url("/api/jobs"))
+        .bearer_auth(admin_token())
+        .json(&json!({"name": name, "handler": handler, "cron": cron, "params": {}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(res.status(), StatusCode::CREATED, "{:?}", res.text().await);
+    res.json::<Value>().await.expect("json")["id"]
+        .as_i64()
+        .expect("id")
+}
+
+async fn metrics(p: &Proc) -> Vec<observe::Sample> {
+    let res = client()
+        .get(p.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(res.status(), StatusCode::OK);
+    let kind = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    let text = res.text().await.expect("text");
+    parse_exposition(&text).unwrap_or_else(|e| panic!("strict parse: {e}\n{text}"))
+}
+
+/// The job's runs (newest first) once there are `n` and none is running.
+async fn ended_runs(p: &Proc, job: i64, n: usize) -> Vec<Value> {
+    until("the runs ended", LIMIT, async || {
+        let page: Value = client()
+            .get(p.url(&format!("/api/runs?jobId={job}")))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let runs = page["items"].as_array()?.clone();
+        (runs.len() == n && runs.iter().all(|r| r["status"] != "running")).then_some(runs)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_once_is_one_trace_from_the_callers_request_to_the_remote_call() {
+    let receiver = Receiver::start().await;
+    let p = serve(&receiver, true);
+    let job = create_job(&p, "traced remote", "remote.work", "0 0 0 1 1 *").await;
+
+    let res = client()
+        .post(p.url(&format!("/api/jobs/{job}/run")))
+        .bearer_auth(admin_token())
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .header("X-Request-Id", "obs-run-1")
+        .send()
+        .await
+        .expect("run once");
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        res.headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
+        Some("obs-run-1")
+    );
+    let run = ended_runs(&p, job, 1).await.remove(0);
+    assert_eq!(run["status"], "success", "{run}");
+    let detail: Value = client()
+        .get(p.url(&format!("/api/runs/{}", run["id"])))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("detail")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(detail["traceId"], CALLER_TRACE, "{detail}");
+
+    // The spans of the request, the fire and its attempt, in one trace.
+    let (http, fire, attempt) = until("the spans arrived", LIMIT, async || {
+        let all = spans(&receiver);
+        let of = |name: &str| {
+            all.iter()
+                .find(|g| g.trace() == CALLER_TRACE && g.span.name == name)
+                .cloned()
+        };
+        Some((
+            of("POST /api/jobs/{id}/run")?,
+            of("fire traced remote")?,
+            of("attempt 1 remote.work")?,
+        ))
+    })
+    .await;
+    assert_eq!(http.service, "qiwu-test");
+    assert_eq!(
+        http.parent(),
+        CALLER_SPAN,
+        "the request continues the caller's span"
+    );
+    assert_eq!(
+        http.attr("http.route").as_deref(),
+        Some("/api/jobs/{id}/run")
+    );
+    assert_eq!(http.attr("http.request.method").as_deref(), Some("POST"));
+    assert_eq!(
+        http.attr("http.response.status_code").as_deref(),
+        Some("202")
+    );
+    assert_eq!(http.attr("request_id").as_deref(), Some("obs-run-1"));
+    assert_eq!(
+        fire.parent(),
+        http.id(),
+        "the fire is a child of the request"
+    );
+    assert_eq!(fire.attr("job.id"), Some(job.to_string()));
+    assert_eq!(fire.attr("fire.trigger").as_deref(), Some("manual"));
+    assert!(fire.attr("fire.lag_ms").is_some(), "{fire:?}");
+    assert_eq!(
+        attempt.parent(),
+        fire.id(),
+        "the attempt is a child of the fire"
+    );
+    for (key, expected) in [
+        ("handler", "remote.work"),
+        ("attempt", "1"),
+        ("status", "success"),
+        ("job.name", "traced remote"),
+        ("trigger", "manual"),
+    ] {
+        assert_eq!(
+            attempt.attr(key).as_deref(),
+            Some(expected),
+            "{key}: {attempt:?}"
+        );
+    }
+    assert_eq!(attempt.attr("job.id"), Some(job.to_string()));
+    assert!(attempt.attr("scheduled_at").is_some() && attempt.attr("lag_ms").is_some());
+
+    // The remote handler got the attempt's traceparent.
+    let calls = receiver.received("/remote");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(
+        calls[0].headers.get("traceparent").map(String::as_str),
+        Some(format!("00-{CALLER_TRACE}-{}-01", attempt.id()).as_str())
+    );
+
+    // JSON logs: one object per line; the request's lines carry its id
+    // and the trace.
+    let stderr = p.stderr();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let queued = lines
+        .iter()
+        .find(|l| l["message"] == "run once queued")
+        .unwrap_or_else(|| panic!("no 'run once queued' line in\n{stderr}"));
+    assert_eq!(queued["request_id"], "obs-run-1", "{queued}");
+    assert_eq!(queued["trace_id"], CALLER_TRACE, "{queued}");
+    assert_eq!(queued["span_id"], http.id(), "{queued}");
+    assert_eq!(queued["level"], "INFO");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_fires_and_runs_and_follow_the_jobs() {
+    let receiver = Receiver::start().await;
+    let p = serve(&receiver, false);
+    let job = create_job(&p, "metered echo", "demo.echo", "0 0 0 1 1 *").await;
+    for n in 1..=3 {
+        let res = client()
+            .post(p.url(&format!("/api/jobs/{job}/run")))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .expect("run once");
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        let runs = ended_runs(&p, job, n).await;
+        assert!(runs.iter().all(|r| r["status"] == "success"), "{runs:?}");
+    }
+    let id = job.to_string();
+    let samples = until("the per-job series show the success", LIMIT, async || {
+        let samples = metrics(&p).await;
+        (value(
+            &samples,
+            "qiwu_job_last_run_status",
+            &[("job_id", &id), ("job", "metered echo")],
+        ) == Some(1.0))
+        .then_some(samples)
+    })
+    .await;
+    let echo = [("handler", "demo.echo"), ("status", "success")];
+    assert_eq!(value(&samples, "qiwu_runs_total", &echo), Some(3.0));
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_run_duration_seconds_count",
+            &[("handler", "demo.echo")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_fires_total",
+            &[("trigger", "manual"), ("outcome", "claimed")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_fire_lag_seconds_count",
+            &[("trigger", "manual")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_http_requests_total",
+            &[
+                ("route", "/api/jobs/{id}/run"),
+                ("method", "POST"),
+                ("status", "202")
+            ]
+        ),
+        Some(3.0)
+    );
+    let success = value(
+        &samples,
+        "qiwu_job_last_success_timestamp_seconds",
+        &[("job_id", &id), ("job", "metered echo")],
+    )
+    .expect("last success");
+    let now = chrono::Utc::now().timestamp() as f64;
+    assert!(
+        now - 60.0 < success && success <= now + 1.0,
+        "{success} vs {now}"
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_job_period_seconds",
+            &[("job_id", &id), ("job", "metered echo")]
+        ),
+        Some(365.0 * 86_400.0)
+    );
+    for (name, expected) in [
+        ("qiwu_up", 1.0),
+        ("qiwu_engine_running", 1.0),
+        ("qiwu_database_up", 1.0),
+        ("qiwu_runs_running", 0.0),
+        ("qiwu_pending_run_once", 0.0),
+        ("qiwu_runs_overdue", 0.0),
+        ("qiwu_outbox_backlog", 0.0),
+    ] {
+        assert_eq!(value(&samples, name, &[]), Some(expected), "{name}");
+    }
+    assert!(value(&samples, "qiwu_jobs_armed", &[]).is_some_and(|n| n >= 1.0));
+
+    // Disabled: its series go away (after the scrape cache's 5 s).
+    let res = client()
+        .put(p.url(&format!("/api/jobs/{job}/enabled")))
+        .bearer_auth(admin_token())
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("disable");
+    assert!(res.status().is_success());
+    until("the disabled job's series are dropped", LIMIT, async || {
+        let samples = metrics(&p).await;
+        samples
+            .iter()
+            .all(|s| s.labels.get("job_id") != Some(&id))
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_answer_has_a_request_id_and_a_5xx_names_it_as_instance() {
+    let receiver = Receiver::start().await;
+    let p = serve(&receiver, false);
+    // Generated when absent or unusable, kept when valid.
+    let mut seen = HashMap::new();
+    for sent in [None, Some("bad id with spaces"), Some("ok-id_1.2~3")] {
+        let mut req = client().get(p.url("/healthz"));
+        if let Some(id) = sent {
+            req = req.header("X-Request-Id", id);
+        }
+        let res = req.send().await.expect("healthz");
+        let id = res
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .expect("x-request-id")
+            .to_string();
+        seen.insert(sent, id);
+    }
+    assert_eq!(seen[&Some("ok-id_1.2~3")], "ok-id_1.2~3");
+    for generated in [&seen[&None], &seen[&Some("bad id with spaces")]] {
+        assert_eq!(generated.len(), 32, "{generated}");
+        assert!(generated.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+
+    // Break the database under the API: a 500 whose body names the request.
+    let store = qiwu_storage::Store::connect(&format!("sqlite://{}", p.path("qiwu.db").display()))
+        .await
+        .expect("open");
+    sea_orm::ConnectionTrait::execute_unprepared(store.connection(), "DROP TABLE job_groups")
+        .await
+        .expect("drop");
+    let res = client()
+        .get(p.url("/api/job-groups"))
+        .bearer_auth(admin_token())
+        .header("X-Request-Id", "obs-500")
+        .send()
+        .await
+        .expect("groups");
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        res.headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok()),
+        Some("obs-500")
+    );
+    let body: Value = res.json().await.expect("problem");
+    assert_eq!(body["instance"], "obs-500", "{body}");
+    // 4xx bodies do not carry it.
+    let res = client()
+        .get(p.url("/api/jobs/999999"))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("404");
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let body: Value = res.json().await.expect("problem");
+    assert!(body.get("instance").is_none(), "{body}");
+    // The cause is logged with the request id.
+    let stderr = p.stderr();
+    let logged = stderr.lines().any(|l| {
+        serde_json::from_str::<Value>(l)
+            .is_ok_and(|v| v["request_id"] == "obs-500" && v["level"] == "ERROR")
+    });
+    assert!(logged, "no ERROR line with request_id obs-500 in\n{stderr}");
+}

@@ -1,0 +1,476 @@
+//! Helpers of the observability tests: a process with its stderr kept in a
+//! file, a small HTTP receiver (OTLP/HTTP traces and a remote handler), a
+//! strict OpenMetrics parser.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::common::{BIN, TempDir};
+
+/// A running binary whose stderr goes to `stderr.log` in its directory.
+pub struct Proc {
+    pub child: Child,
+    pub base: String,
+    pub dir: TempDir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Writes `files` into a fresh directory, starts `args` there with
+    /// exactly `env` (plus PATH) and waits for its URL.
+    pub fn start(
+        tag: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        files: &[(&str, String)],
+    ) -> Proc {
+        let dir = TempDir::new(tag);
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).expect("write a file");
+        }
+        let stderr = std::fs::File::create(dir.path().join("stderr.log")).expect("stderr file");
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn qiwu-scheduler");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let base = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{tag} printed its URL within 60 s"));
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.trim().to_string();
+            }
+        };
+        Proc { child, base, dir }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// One request a [`Receiver`] got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// An HTTP/1.1 server on 127.0.0.1:0 that keeps every request and answers
+/// 200 (`done` as text for the remote handler, an empty protobuf message
+/// for OTLP).
+pub struct Receiver {
+    pub addr: String,
+    pub requests: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut data = Vec::new();
+                    let mut buf = [0u8; 16 * 1024];
+                    loop {
+                        let Ok(n) = socket.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        data.extend_from_slice(&buf[..n]);
+                        let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&data[..end]).to_string();
+                        let mut lines = head.lines();
+                        let path = lines
+                            .next()
+                            .and_then(|l| l.split_whitespace().nth(1))
+                            .unwrap_or("")
+                            .to_string();
+                        let headers: BTreeMap<String, String> = lines
+                            .filter_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
+                            })
+                            .collect();
+                        let length: usize = headers
+                            .get("content-length")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        if data.len() < end + 4 + length {
+                            continue;
+                        }
+                        let body = data[end + 4..end + 4 + length].to_vec();
+                        let (kind, answer): (&str, &[u8]) = if path.starts_with("/v1/traces") {
+                            ("application/x-protobuf", b"")
+                        } else {
+                            ("text/plain", b"done")
+                        };
+                        seen.lock().expect("lock").push(Received {
+                            path,
+                            headers,
+                            body,
+                        });
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                            answer.len()
+                        );
+                        let _ = socket.write_all(reply.as_bytes()).await;
+                        let _ = socket.write_all(answer).await;
+                        return;
+                    }
+                });
+            }
+        });
+        Receiver { addr, requests }
+    }
+
+    pub fn received(&self, path_prefix: &str) -> Vec<Received> {
+        self.requests
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|r| r.path.starts_with(path_prefix))
+            .cloned()
+            .collect()
+    }
+}
+
+/// One sample of an exposition: its name, labels and value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Parses `name{a="x",b="y"} value` strictly.
+fn parse_sample(line: &str) -> Result<Sample, String> {
+    let (name_end, rest) = match line.find(['{', ' ']) {
+        Some(i) => (i, &line[i..]),
+        None => return Err(format!("no value: {line}")),
+    };
+    let name = &line[..name_end];
+    if !valid_name(name) {
+        return Err(format!("bad metric name {name:?}"));
+    }
+    let mut labels = BTreeMap::new();
+    let mut rest = rest;
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut chars = inner.char_indices().peekable();
+        let end = loop {
+            // label name
+            let start = chars.peek().map(|(i, _)| *i).ok_or("unterminated labels")?;
+            if inner[start..].starts_with('}') {
+                break start;
+            }
+            let eq = inner[start..].find('=').ok_or("label without =")? + start;
+            let lname = &inner[start..eq];
+            if !valid_name(lname) {
+                return Err(format!("bad label name {lname:?}"));
+            }
+            while chars.peek().is_some_and(|(i, _)| *i <= eq) {
+                chars.next();
+            }
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                return Err("label value not quoted".into());
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next().ok_or("unterminated label value")?.1 {
+                    '\\' => match chars.next().ok_or("dangling escape")?.1 {
+                        'n' => value.push('\n'),
+                        '"' => value.push('"'),
+                        '\\' => value.push('\\'),
+                        other => return Err(format!("bad escape \\{other}")),
+                    },
+                    '"' => break,
+                    '\n' => return Err("newline in label value".into()),
+                    c => value.push(c),
+                }
+            }
+            if labels.insert(lname.to_string(), value).is_some() {
+                return Err(format!("label {lname} twice"));
+            }
+            match chars.next().ok_or("unterminated labels")? {
+                (_, ',') => {}
+                (i, '}') => break i,
+                (_, c) => return Err(format!("unexpected {c:?} after a label")),
+            }
+        };
+        rest = &inner[end + 1..];
+    }
+    let value = rest
+        .strip_prefix(' ')
+        .ok_or_else(|| format!("no space before the value: {line}"))?;
+    let value: f64 = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        "NaN" => f64::NAN,
+        v => v
+            .parse()
+            .map_err(|_| format!("bad value {v:?} in {line}"))?,
+    };
+    Ok(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// Parses an OpenMetrics text exposition strictly: every family has HELP
+/// and TYPE before its samples, each sample belongs to the family declared
+/// last with a suffix its type allows, histograms have cumulative buckets
+/// ending at `+Inf` equal to `_count`, every name is `qiwu_…`, and the text
+/// ends with `# EOF`.
+pub fn parse_exposition(text: &str) -> Result<Vec<Sample>, String> {
+    let mut samples = Vec::new();
+    let mut family: Option<(String, String)> = None;
+    let mut helped = std::collections::HashSet::new();
+    let mut typed = std::collections::HashSet::new();
+    let mut lines = text.split('\n').peekable();
+    let mut eof = false;
+    while let Some(line) = lines.next() {
+        if eof {
+            if line.is_empty() && lines.peek().is_none() {
+                break;
+            }
+            return Err(format!("text after # EOF: {line:?}"));
+        }
+        if line == "# EOF" {
+            eof = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let keyword = parts.next().unwrap_or("");
+            let name = parts.next().ok_or(format!("bad comment {line:?}"))?;
+            let value = parts.next().unwrap_or("");
+            if !name.starts_with("qiwu_") || !valid_name(name) {
+                return Err(format!("bad family name {name:?}"));
+            }
+            match keyword {
+                "HELP" => {
+                    if value.trim().is_empty() {
+                        return Err(format!("empty HELP for {name}"));
+                    }
+                    if !helped.insert(name.to_string()) {
+                        return Err(format!("HELP twice for {name}"));
+                    }
+                }
+                "TYPE" => {
+                    if !matches!(
+                        value,
+                        "counter"
+                            | "gauge"
+                            | "histogram"
+                            | "info"
+                            | "stateset"
+                            | "unknown"
+                            | "summary"
+                            | "gaugehistogram"
+                    ) {
+                        return Err(format!("bad type {value:?} for {name}"));
+                    }
+                    if !typed.insert(name.to_string()) {
+                        return Err(format!("TYPE twice for {name}"));
+                    }
+                    family = Some((name.to_string(), value.to_string()));
+                }
+                "UNIT" => {
+                    if !name.ends_with(&format!("_{value}")) {
+                        return Err(format!("unit {value} not the suffix of {name}"));
+                    }
+                }
+                other => return Err(format!("unknown comment {other:?}")),
+            }
+            continue;
+        }
+        if line.is_empty() {
+            return Err("empty line".into());
+        }
+        let sample = parse_sample(line)?;
+        let (name, kind) = family
+            .as_ref()
+            .ok_or(format!("sample before any TYPE: {line}"))?;
+        if !helped.contains(name) {
+            return Err(format!("no HELP for {name}"));
+        }
+        let suffix = sample
+            .name
+            .strip_prefix(name.as_str())
+            .ok_or(format!("{} outside its family {name}", sample.name))?;
+        let allowed: &[&str] = match kind.as_str() {
+            "counter" => &["_total", "_created"],
+            "gauge" => &[""],
+            "histogram" => &["_bucket", "_count", "_sum", "_created"],
+            _ => &[""],
+        };
+        if !allowed.contains(&suffix) {
+            return Err(format!("{} is not a sample of {kind} {name}", sample.name));
+        }
+        samples.push(sample);
+    }
+    if !eof {
+        return Err("no # EOF".into());
+    }
+    check_histograms(&samples)?;
+    Ok(samples)
+}
+
+/// A series: its name and its labels other than `le`.
+type SeriesKey = (String, Vec<(String, String)>);
+
+fn check_histograms(samples: &[Sample]) -> Result<(), String> {
+    let mut series: BTreeMap<SeriesKey, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for s in samples {
+        let mut labels: Vec<(String, String)> = s
+            .labels
+            .iter()
+            .filter(|(k, _)| *k != "le")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.sort();
+        if let Some(base) = s.name.strip_suffix("_bucket") {
+            let le = s.labels.get("le").ok_or("bucket without le")?;
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().map_err(|_| format!("bad le {le}"))?
+            };
+            series
+                .entry((base.to_string(), labels))
+                .or_default()
+                .push((le, s.value));
+        } else if let Some(base) = s.name.strip_suffix("_count") {
+            counts.insert((base.to_string(), labels), s.value);
+        }
+    }
+    for (key, buckets) in &series {
+        let mut previous = (f64::NEG_INFINITY, 0.0);
+        for &(le, n) in buckets {
+            if le <= previous.0 || n < previous.1 {
+                return Err(format!("{key:?}: buckets not increasing"));
+            }
+            previous = (le, n);
+        }
+        if previous.0 != f64::INFINITY {
+            return Err(format!("{key:?}: no +Inf bucket"));
+        }
+        if counts.get(key) != Some(&previous.1) {
+            return Err(format!("{key:?}: +Inf bucket differs from _count"));
+        }
+    }
+    Ok(())
+}
+
+/// The value of the sample `name` with exactly these labels (others may
+/// be present only when `labels` lists them).
+pub fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && s.labels.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+}
+
+/// Polls `check` every 100 ms until it gives a value, at most `limit`.
+pub async fn until<T>(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parser_is_strict() {
+        let good = "# HELP qiwu_x X.\n# TYPE qiwu_x counter\nqiwu_x_total{a=\"1\\\"\"} 2\n# EOF\n";
+        let samples = parse_exposition(good).expect("good");
+        assert_eq!(value(&samples, "qiwu_x_total", &[("a", "1\"")]), Some(2.0));
+        for bad in [
+            "# TYPE qiwu_x counter\nqiwu_x_total 1\n# EOF\n",
+            "# HELP qiwu_x X.\n# TYPE qiwu_x counter\nqiwu_x 1\n# EOF\n",
+            "# HELP qiwu_x X.\n# TYPE qiwu_x counter\nqiwu_x_total 1\n",
+            "# HELP qiwu_x X.\n# TYPE qiwu_x gauge\nqiwu_x{a=1} 1\n# EOF\n",
+            "# HELP other X.\n# TYPE other gauge\nother 1\n# EOF\n",
+            "# HELP qiwu_h H.\n# TYPE qiwu_h histogram\nqiwu_h_bucket{le=\"1\"} 2\nqiwu_h_bucket{le=\"+Inf\"} 1\nqiwu_h_count 1\nqiwu_h_sum 1\n# EOF\n",
+        ] {
+            assert!(parse_exposition(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+}
