@@ -453,6 +453,114 @@ pub async fn until<T>(what: &str, limit: Duration, mut check: impl AsyncFnMut() 
     }
 }
 
+/// A Redis server of the test's own on a free port.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for the cluster tests");
+        let mut redis = Redis { child, port };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return redis;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = redis.child.kill();
+        panic!("redis-server did not listen on {port}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A PostgreSQL database of the test's own, dropped at the end.
+pub struct Database {
+    pub url: String,
+    pub name: String,
+}
+
+impl Database {
+    pub fn fresh() -> Database {
+        let (url, name) = crate::common::fresh_database(crate::common::Db::Postgres);
+        Database { url, name }
+    }
+
+    /// Runs SQL on the server's `postgres` database (as the tests' user).
+    pub fn admin(&self, sql: &str) {
+        let base = self.url.rsplit_once('/').map_or("", |(b, _)| b).to_string();
+        let status = Command::new("psql")
+            .args([&format!("{base}/postgres"), "-qc", sql])
+            .stdout(Stdio::null())
+            .status()
+            .expect("psql");
+        assert!(status.success(), "psql: {sql}");
+    }
+
+    /// `qiwu-scheduler migrate` against it.
+    pub fn migrate(&self) {
+        let out = Command::new(BIN)
+            .arg("migrate")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("QIWU_DATABASE_URL", &self.url)
+            .output()
+            .expect("migrate");
+        assert!(out.status.success(), "migrate: {out:?}");
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        crate::common::drop_database(crate::common::Db::Postgres, &self.name);
+    }
+}
+
+/// The environment of a cluster process (`api` or `worker`).
+pub fn cluster_env(db: &Database, redis: &Redis, instance: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("QIWU_LISTEN", "127.0.0.1:0".into()),
+        ("QIWU_DATABASE_URL", db.url.clone()),
+        ("QIWU_REDIS_URL", redis.url()),
+        ("QIWU_JWT_SECRET", crate::common::SECRET.into()),
+        ("QIWU_TIMEZONE", "UTC".into()),
+        ("QIWU_INSTANCE_ID", instance.into()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
