@@ -8,7 +8,9 @@
 //! (`sqlite,postgres`; `mysql` too), `QIWU_BENCH_WORKERS` (`0,1,3`: 0 is the
 //! single-process `serve` engine, N > 0 are N cluster workers on Redis,
 //! in this one process, on the server databases only),
-//! `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`, `QIWU_TEST_REDIS_URL`.
+//! `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`, `QIWU_TEST_REDIS_URL`;
+//! `QIWU_BENCH_TRACING=1` exports every span over OTLP/HTTP to a sink in
+//! this process (the fire path with tracing on; metrics are always on).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,7 +251,25 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!("fire lag: {jobs} every-second jobs, {seconds} s per database");
+    let tracing = std::env::var("QIWU_BENCH_TRACING").is_ok_and(|v| v == "1");
+    let sink = tracing.then(|| {
+        let _runtime = runtime.enter();
+        let (addr, exports) = runtime.block_on(otlp_sink());
+        let config = qiwu_telemetry::TraceConfig::from_vars(&|name| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(format!("http://{addr}")),
+            _ => None,
+        })
+        .expect("trace config")
+        .expect("tracing on");
+        let telemetry =
+            qiwu_telemetry::init(qiwu_telemetry::LogFormat::Text, Some((&config, "bench")))
+                .expect("telemetry");
+        (telemetry, exports)
+    });
+    println!(
+        "fire lag: {jobs} every-second jobs, {seconds} s per database, tracing {}",
+        if tracing { "on (OTLP/HTTP)" } else { "off" }
+    );
     let workers: Vec<usize> = std::env::var("QIWU_BENCH_WORKERS")
         .unwrap_or_else(|_| "0,1,3".into())
         .split(',')
@@ -268,4 +288,67 @@ fn main() {
             runtime.block_on(bench(kind, jobs, seconds, n));
         }
     }
+    if let Some((telemetry, exports)) = sink {
+        runtime.block_on(telemetry.shutdown(Duration::from_secs(5)));
+        let text = qiwu_telemetry::metrics()
+            .encode(0, |_| {})
+            .unwrap_or_default();
+        let dropped: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("qiwu_trace_spans_dropped_total"))
+            .collect();
+        println!(
+            "tracing: {} OTLP export requests received, dropped spans: {:?}",
+            exports.load(Ordering::Relaxed),
+            dropped
+        );
+    }
+}
+
+/// An OTLP/HTTP receiver that answers 200 to everything and counts the
+/// requests.
+async fn otlp_sink() -> (String, Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let count = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&count);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut data = Vec::new();
+                let mut buf = [0u8; 64 * 1024];
+                loop {
+                    let Ok(n) = socket.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    data.extend_from_slice(&buf[..n]);
+                    let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if data.len() < end + 4 + length {
+                        continue;
+                    }
+                    seen.fetch_add(1, Ordering::Relaxed);
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                    return;
+                }
+            });
+        }
+    });
+    (addr, count)
 }
