@@ -247,6 +247,16 @@ fn main() {
     let seconds = env_or("QIWU_BENCH_SECONDS", 30u64);
     let databases =
         std::env::var("QIWU_BENCH_DATABASES").unwrap_or_else(|_| "sqlite,postgres".into());
+    // The OTLP exporter reads its endpoint from the environment: set it
+    // while this process still has one thread (nothing reads it at once).
+    let mut sink_listener = None;
+    if std::env::var("QIWU_BENCH_TRACING").is_ok_and(|v| v == "1") {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the sink");
+        let addr = listener.local_addr().expect("addr");
+        // SAFETY: no other thread exists yet (the runtime is built below).
+        unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}")) };
+        sink_listener = Some(listener);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -254,7 +264,7 @@ fn main() {
     let tracing = std::env::var("QIWU_BENCH_TRACING").is_ok_and(|v| v == "1");
     let sink = tracing.then(|| {
         let _runtime = runtime.enter();
-        let (addr, exports) = runtime.block_on(otlp_sink());
+        let (addr, exports) = runtime.block_on(otlp_sink(sink_listener.take()));
         let config = qiwu_telemetry::TraceConfig::from_vars(&|name| match name {
             "OTEL_EXPORTER_OTLP_ENDPOINT" => Some(format!("http://{addr}")),
             _ => None,
@@ -307,11 +317,11 @@ fn main() {
 
 /// An OTLP/HTTP receiver that answers 200 to everything and counts the
 /// requests.
-async fn otlp_sink() -> (String, Arc<AtomicU64>) {
+async fn otlp_sink(listener: Option<std::net::TcpListener>) -> (String, Arc<AtomicU64>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = listener.expect("the sink's socket");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
     let addr = listener.local_addr().expect("addr").to_string();
     let count = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&count);
@@ -343,7 +353,9 @@ async fn otlp_sink() -> (String, Arc<AtomicU64>) {
                     }
                     seen.fetch_add(1, Ordering::Relaxed);
                     let _ = socket
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
                         .await;
                     return;
                 }

@@ -110,6 +110,7 @@ impl Drop for LockLease {
         if !self.release {
             return;
         }
+        crate::observe::lock_event("lock.released", self.lock.job_id, self.lock.token);
         let (coord, lock) = (self.coord.clone(), self.lock.clone());
         // Releasing needs a round trip; outside a runtime (process exit)
         // the lock simply expires.
