@@ -146,7 +146,37 @@ impl Server {
         }
         let mut server = Server::spawn(dir, &["serve"], &env, true);
         server.database = database;
+        server.wait_ready();
         server
+    }
+
+    /// Waits until `/readyz` answers 200: the engine has started (it closes
+    /// runs left `running` by an earlier process first, so a test that
+    /// writes runs must not race it).
+    pub fn wait_ready(&self) {
+        for _ in 0..600 {
+            if self.status_of("/readyz") == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} did not answer 200 within 30 s", self.url("/readyz"));
+    }
+
+    /// The status code of a plain `GET path` (blocking, no client needed).
+    pub fn status_of(&self, path: &str) -> Option<u16> {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).ok()?;
+        std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
     }
 
     /// Spawns the binary in `dir` with exactly `env` (plus PATH).
@@ -209,7 +239,9 @@ impl Server {
             ("QIWU_JWT_SECRET", SECRET.into()),
             ("QIWU_TIMEZONE", "UTC".into()),
         ];
-        Server::spawn(dir, &["serve"], &env, true)
+        let server = Server::spawn(dir, &["serve"], &env, true);
+        server.wait_ready();
+        server
     }
 
     /// Kills the process (SIGKILL) and hands back its directory.
