@@ -199,7 +199,10 @@ impl Postgres {
     /// Every process of the server: the postmaster and its children.
     fn pids(&self) -> Vec<String> {
         let pid_file = Path::new(&self.data()).join("postmaster.pid");
-        let text = std::fs::read_to_string(pid_file).expect("postmaster.pid");
+        // A stopped server has no pid file (and no process to signal).
+        let Ok(text) = std::fs::read_to_string(pid_file) else {
+            return Vec::new();
+        };
         let postmaster = text.lines().next().unwrap_or_default().trim().to_string();
         let out = Command::new("pgrep")
             .args(["-P", &postmaster])
@@ -215,7 +218,7 @@ impl Postgres {
 
     fn signal(&self, signal: &str) {
         for pid in self.pids() {
-            let _ = Command::new("kill").args([signal, &pid]).status();
+            let _ = Command::new("kill").args([signal, &pid]).output();
         }
     }
 

@@ -11,6 +11,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use qiwu_storage::{Coord, Store};
 
+/// How long a readiness probe waits for the database.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Why the execution engine is not running (`None` while it runs).
 pub type EngineReadiness = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
@@ -79,9 +82,15 @@ pub async fn readiness_problems(ops: &Ops) -> Vec<String> {
     if let Some(reason) = ops.engine.as_ref().and_then(|engine| engine()) {
         problems.push(format!("engine not running: {reason}"));
     }
-    if let Err(e) = ops.store.ping().await {
-        tracing::warn!(error = %e, "readiness: database unreachable");
-        problems.push("database unreachable".to_string());
+    // A probe answers within its own timeout even while the database
+    // does not.
+    match actix_web::rt::time::timeout(PROBE_TIMEOUT, ops.store.ping()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness: database unreachable");
+            problems.push("database unreachable".to_string());
+        }
+        Err(_) => problems.push("database unreachable (no answer within 2 s)".to_string()),
     }
     if let Some(coord) = &ops.coord
         && let Err(e) = coord.ping().await
