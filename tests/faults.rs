@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::{Cluster, Postgres, Redis};
 use common::{
-    Db, Server, admin_token, assert_every_second_recorded, client, records,
-    wait_until_recorded,
+    Db, Server, admin_token, assert_every_second_recorded, client, records, wait_until_recorded,
 };
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
@@ -39,7 +38,10 @@ async fn until_nothing_running(store: &qiwu_storage::Store, limit: Duration) {
         if left.is_empty() {
             return;
         }
-        assert!(start.elapsed() < limit, "runs still running after {limit:?}: {left:#?}");
+        assert!(
+            start.elapsed() < limit,
+            "runs still running after {limit:?}: {left:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -63,7 +65,10 @@ async fn until_ready(server: &Server, limit: Duration) {
         if status == StatusCode::OK {
             return;
         }
-        assert!(start.elapsed() < limit, "not ready after {limit:?}: {status} {body}");
+        assert!(
+            start.elapsed() < limit,
+            "not ready after {limit:?}: {status} {body}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -172,7 +177,10 @@ async fn a_stopped_then_frozen_database_leaves_one_record_per_fire_time() {
         .all(store.connection())
         .await
         .expect("runs");
-    assert!(lost.is_empty(), "live workers' runs closed as lost: {lost:#?}");
+    assert!(
+        lost.is_empty(),
+        "live workers' runs closed as lost: {lost:#?}"
+    );
     for (id, worker) in cluster.workers.iter_mut() {
         assert_alive(worker, id);
     }
@@ -205,7 +213,9 @@ async fn serve_on_sqlite_through_a_locked_file_leaves_one_record_per_fire_time()
     tokio::time::sleep(Duration::from_secs(3)).await;
     // Another connection takes the write lock of the file for 20 s.
     let url = format!("sqlite://{}/qiwu.db", server.dir.path().display());
-    let mut locker = SqliteConnection::connect(&url).await.expect("open the file");
+    let mut locker = SqliteConnection::connect(&url)
+        .await
+        .expect("open the file");
     sea_orm::sqlx::query("BEGIN EXCLUSIVE")
         .execute(&mut locker)
         .await
@@ -220,7 +230,10 @@ async fn serve_on_sqlite_through_a_locked_file_leaves_one_record_per_fire_time()
     let to = now_ms() - 2000;
     let store = server.store().await;
     let backlog = wait_until_recorded(&store, &jobs, from, to, Duration::from_secs(60)).await;
-    println!("locked file: recorded {:.1} s after the check began", backlog.as_secs_f64());
+    println!(
+        "locked file: recorded {:.1} s after the check began",
+        backlog.as_secs_f64()
+    );
     until_nothing_running(&store, Duration::from_secs(10)).await;
     assert_alive(&mut server, "serve");
     until_ready(&server, Duration::from_secs(10)).await;
@@ -372,7 +385,10 @@ async fn edits_whose_change_message_is_lost() {
         .into_iter()
         .filter(|r| r.first > edited_at + 1000 && r.last % 4000 != 0)
         .collect();
-    assert!(late.is_empty(), "the old schedule fired after the edit: {late:#?}");
+    assert!(
+        late.is_empty(),
+        "the old schedule fired after the edit: {late:#?}"
+    );
     let new_schedule = records(&store, job)
         .await
         .into_iter()

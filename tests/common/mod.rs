@@ -173,7 +173,11 @@ impl Server {
         let addr = self.base.trim_start_matches("http://");
         let mut stream = std::net::TcpStream::connect(addr).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
         let mut head = [0u8; 12];
         stream.read_exact(&mut head).ok()?;
         std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
@@ -459,11 +463,15 @@ pub async fn records(store: &qiwu_storage::Store, job_id: i64) -> Vec<Record> {
 pub fn coverage_problem(records: &[Record], job_id: i64, from: i64, to: i64) -> Option<String> {
     for pair in records.windows(2) {
         if pair[1].first <= pair[0].last {
-            return Some(format!("job {job_id}: two records cover the same time: {pair:#?}"));
+            return Some(format!(
+                "job {job_id}: two records cover the same time: {pair:#?}"
+            ));
         }
     }
     if let Some(r) = records.iter().find(|r| r.first_runs.len() != 1) {
-        return Some(format!("job {job_id}: a record without exactly one attempt-1 run: {r:#?}"));
+        return Some(format!(
+            "job {job_id}: a record without exactly one attempt-1 run: {r:#?}"
+        ));
     }
     let mut second = from - from.rem_euclid(1000) + 1000;
     while second <= to {
