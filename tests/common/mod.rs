@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -99,6 +101,8 @@ pub struct Server {
     pub dir: TempDir,
     /// A server database created for this server, dropped with it.
     pub database: Option<(Db, String)>,
+    /// `QIWU_DATABASE_URL` as the process got it.
+    pub database_url: String,
 }
 
 impl Drop for Server {
@@ -146,7 +150,37 @@ impl Server {
         }
         let mut server = Server::spawn(dir, &["serve"], &env, true);
         server.database = database;
+        server.wait_ready();
         server
+    }
+
+    /// Waits until `/readyz` answers 200: the engine has started (it closes
+    /// runs left `running` by an earlier process first, so a test that
+    /// writes runs must not race it).
+    pub fn wait_ready(&self) {
+        for _ in 0..600 {
+            if self.status_of("/readyz") == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{} did not answer 200 within 30 s", self.url("/readyz"));
+    }
+
+    /// The status code of a plain `GET path` (blocking, no client needed).
+    pub fn status_of(&self, path: &str) -> Option<u16> {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).ok()?;
+        std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
     }
 
     /// Spawns the binary in `dir` with exactly `env` (plus PATH).
@@ -191,12 +225,18 @@ impl Server {
                 break;
             }
         }
+        let database_url = env
+            .iter()
+            .find(|(k, _)| *k == "QIWU_DATABASE_URL")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| format!("sqlite://{}/data/qiwu.db", dir.path().display()));
         Server {
             child,
             base,
             banner,
             dir,
             database: None,
+            database_url,
         }
     }
 
@@ -209,7 +249,9 @@ impl Server {
             ("QIWU_JWT_SECRET", SECRET.into()),
             ("QIWU_TIMEZONE", "UTC".into()),
         ];
-        Server::spawn(dir, &["serve"], &env, true)
+        let server = Server::spawn(dir, &["serve"], &env, true);
+        server.wait_ready();
+        server
     }
 
     /// Kills the process (SIGKILL) and hands back its directory.
@@ -230,9 +272,9 @@ impl Server {
         std::mem::replace(&mut self.dir, TempDir(PathBuf::new()))
     }
 
-    /// A connection to the server's SQLite file, to read the run log.
+    /// A connection to the server's database, to read the run log.
     pub async fn store(&self) -> qiwu_storage::Store {
-        qiwu_storage::Store::connect(&format!("sqlite://{}/qiwu.db", self.dir.path().display()))
+        qiwu_storage::Store::connect(&self.database_url)
             .await
             .expect("open the server's database")
     }
@@ -414,29 +456,22 @@ pub async fn records(store: &qiwu_storage::Store, job_id: i64) -> Vec<Record> {
         .collect()
 }
 
-/// Asserts the promise of the service for an every-second job: each whole
-/// second of `from..=to` is covered by exactly one record of its schedule
-/// (a run, a skip, or one catch-up standing for several), and every record
-/// has exactly one attempt-1 run row. Returns the records.
-pub async fn assert_every_second_recorded(
-    store: &qiwu_storage::Store,
-    job_id: i64,
-    from: i64,
-    to: i64,
-) -> Vec<Record> {
-    let records = records(store, job_id).await;
+/// What is wrong with an every-second job's records over `from..=to`:
+/// `None` when each whole second is covered by exactly one record of its
+/// schedule (a run, a skip, or one catch-up standing for several) and every
+/// record has exactly one attempt-1 run row.
+pub fn coverage_problem(records: &[Record], job_id: i64, from: i64, to: i64) -> Option<String> {
     for pair in records.windows(2) {
-        assert!(
-            pair[1].first > pair[0].last,
-            "job {job_id}: two records cover the same time: {pair:#?}"
-        );
+        if pair[1].first <= pair[0].last {
+            return Some(format!(
+                "job {job_id}: two records cover the same time: {pair:#?}"
+            ));
+        }
     }
-    for r in &records {
-        assert_eq!(
-            r.first_runs.len(),
-            1,
+    if let Some(r) = records.iter().find(|r| r.first_runs.len() != 1) {
+        return Some(format!(
             "job {job_id}: a record without exactly one attempt-1 run: {r:#?}"
-        );
+        ));
     }
     let mut second = from - from.rem_euclid(1000) + 1000;
     while second <= to {
@@ -444,16 +479,58 @@ pub async fn assert_every_second_recorded(
             .iter()
             .filter(|r| r.first <= second && second <= r.last)
             .count();
-        assert_eq!(
-            covering,
-            1,
-            "job {job_id}: second {second} is covered by {covering} records; records near it: {:#?}",
-            records
-                .iter()
-                .filter(|r| (r.last - second).abs() < 5000)
-                .collect::<Vec<_>>()
-        );
+        if covering != 1 {
+            return Some(format!(
+                "job {job_id}: second {second} is covered by {covering} records; records near it: {:#?}",
+                records
+                    .iter()
+                    .filter(|r| (r.last - second).abs() < 5000)
+                    .collect::<Vec<_>>()
+            ));
+        }
         second += 1000;
     }
+    None
+}
+
+/// Asserts [`coverage_problem`] finds nothing; returns the records.
+pub async fn assert_every_second_recorded(
+    store: &qiwu_storage::Store,
+    job_id: i64,
+    from: i64,
+    to: i64,
+) -> Vec<Record> {
+    let records = records(store, job_id).await;
+    if let Some(problem) = coverage_problem(&records, job_id, from, to) {
+        panic!("{problem}");
+    }
     records
+}
+
+/// Waits (polling every 250 ms, at most `limit`) until every job's seconds
+/// over `from..=to` are recorded; returns how long it took, or panics with
+/// the last problem seen.
+pub async fn wait_until_recorded(
+    store: &qiwu_storage::Store,
+    jobs: &[i64],
+    from: i64,
+    to: i64,
+    limit: Duration,
+) -> Duration {
+    let start = std::time::Instant::now();
+    loop {
+        let mut problem = None;
+        for job in jobs {
+            let records = records(store, *job).await;
+            if let Some(p) = coverage_problem(&records, *job, from, to) {
+                problem = Some(p);
+                break;
+            }
+        }
+        match problem {
+            None => return start.elapsed(),
+            Some(p) if start.elapsed() > limit => panic!("not recorded within {limit:?}: {p}"),
+            Some(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
 }

@@ -343,7 +343,11 @@ pub async fn readiness_problems(ops: &Ops) -> Vec<String> {
     }
     if let Err(e) = bounded(ops.store.ping()).await {
         tracing::warn!(error = %e, "readiness: database unreachable");
-        problems.push("database unreachable".to_string());
+        problems.push(if e.starts_with("no answer") {
+            format!("database unreachable ({e})")
+        } else {
+            "database unreachable".to_string()
+        });
     }
     if let Some(coord) = &ops.coord
         && let Err(e) = bounded(coord.ping()).await

@@ -2,15 +2,22 @@
 //! engine calls [`raise_timeout_alert`], which renders the editable template
 //! `scheduler.timeout_alert` into the super administrators' inbox and, when
 //! a webhook URL is configured, queues its delivery in the same transaction.
+//!
+//! Alerts of one job are coalesced: at most one per [`COALESCE_WINDOW`],
+//! the next one saying how many were folded into it (a job timing out every
+//! second with ten retries would otherwise send eleven alerts a second).
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::notify::{self, SUPER_ADMINS, TIMEOUT_ALERT};
 use qiwu_domain::settings;
-use qiwu_storage::{NewNotification, NotificationRecord, Store, TemplateTexts};
+use qiwu_storage::{Admission, NewNotification, NotificationRecord, Store, TemplateTexts};
 use serde_json::json;
 
 use crate::WorkerError;
+
+/// At most one timeout alert per job within this window.
+pub const COALESCE_WINDOW: chrono::Duration = chrono::Duration::minutes(10);
 
 /// What the engine knows about the attempt that timed out.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,12 +56,25 @@ pub async fn raise_timeout_alert(store: &Store, alert: &TimeoutAlert) -> Result<
 }
 
 /// [`raise_timeout_alert`] at a given time; returns the stored notification
-/// and whether a delivery was queued.
+/// and whether a delivery was queued, or `None` when the alert was folded
+/// into the next one of its job.
 pub async fn raise_timeout_alert_at(
     store: &Store,
     alert: &TimeoutAlert,
     now: DateTime<Utc>,
-) -> Result<(NotificationRecord, bool), WorkerError> {
+) -> Result<Option<(NotificationRecord, bool)>, WorkerError> {
+    let key = format!("timeout:{}", alert.job_id);
+    let folded = match store
+        .alert_windows()
+        .admit(&key, now, COALESCE_WINDOW)
+        .await?
+    {
+        Admission::Send { folded } => folded,
+        Admission::Fold => {
+            tracing::info!(job = alert.job_id, "timeout alert folded into the next one");
+            return Ok(None);
+        }
+    };
     let texts = match store.templates().get(TIMEOUT_ALERT).await? {
         Some(t) => TemplateTexts {
             title_zh: t.title_zh,
@@ -91,11 +111,17 @@ pub async fn raise_timeout_alert_at(
         ("startedAt", started.as_str()),
         ("attempt", attempt.as_str()),
     ];
+    let mut body = notify::render(&texts.body_zh, &vars);
+    if folded > 0 {
+        body.push_str(&format!(
+            "\n（此前 10 分钟内该任务另有 {folded} 次超时，已合并到本条提醒。）"
+        ));
+    }
     let new = NewNotification {
         recipient: SUPER_ADMINS.to_owned(),
         template_code: TIMEOUT_ALERT.to_owned(),
         title: notify::render(&texts.title_zh, &vars),
-        body: notify::render(&texts.body_zh, &vars),
+        body,
     };
     let webhook = store.settings().get(settings::WEBHOOK_URL).await?;
     let deliver = settings::webhook_url(webhook.as_ref().map(|s| s.value.as_str())).is_some();
@@ -113,9 +139,10 @@ pub async fn raise_timeout_alert_at(
         job = alert.job_id,
         notification = stored.id,
         queued = deliver,
+        folded,
         "timeout alert raised"
     );
-    Ok((stored, deliver))
+    Ok(Some((stored, deliver)))
 }
 
 /// The JSON body `notify.dispatch` POSTs for a notification.
@@ -166,7 +193,8 @@ mod tests {
         store.templates().seed_defaults(Utc::now()).await.unwrap();
         let (n, queued) = raise_timeout_alert_at(&store, &alert(), Utc::now())
             .await
-            .unwrap();
+            .unwrap()
+            .expect("sent");
         assert!(!queued, "no webhook configured");
         assert_eq!(n.recipient, "super_admins");
         assert_eq!(n.template_code, "scheduler.timeout_alert");
@@ -197,7 +225,8 @@ mod tests {
             .unwrap();
         let (n, queued) = raise_timeout_alert_at(&store, &alert(), Utc::now())
             .await
-            .unwrap();
+            .unwrap()
+            .expect("sent");
         assert!(queued);
         let claimed = store
             .outbox()
@@ -219,7 +248,8 @@ mod tests {
         // Not seeded: the built-in text is used.
         let (n, _) = raise_timeout_alert_at(&store, &alert(), Utc::now())
             .await
-            .unwrap();
+            .unwrap()
+            .expect("sent");
         assert_eq!(n.title, "任务超时：夜间报表");
 
         store.templates().seed_defaults(Utc::now()).await.unwrap();
@@ -236,6 +266,7 @@ mod tests {
             .unwrap();
         // A job name that looks like a placeholder is not expanded again.
         let odd = TimeoutAlert {
+            job_id: 8,
             job_name: "{handler}".into(),
             ..alert()
         };
@@ -245,7 +276,57 @@ mod tests {
             .list("super_admins", false, 1, None)
             .await
             .unwrap();
-        assert_eq!(page.items[0].title, "【超时】{handler}#7");
+        assert_eq!(page.items[0].title, "【超时】{handler}#8");
         assert_eq!(page.items[0].body, "demo.echo 超过 60000ms");
+    }
+
+    #[tokio::test]
+    async fn a_storm_of_timeouts_is_one_alert_per_window_with_a_count() {
+        let store = test_store().await;
+        let t0 = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
+        let at = |s: i64| t0 + chrono::Duration::seconds(s);
+        // Eleven timeouts in the first second (ten retries): one alert.
+        let mut sent = 0;
+        for i in 0..11 {
+            if raise_timeout_alert_at(&store, &alert(), at(0) + chrono::Duration::milliseconds(i))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                sent += 1;
+            }
+        }
+        assert_eq!(sent, 1);
+        // Another job is not held back by this one.
+        let other = TimeoutAlert {
+            job_id: 9,
+            ..alert()
+        };
+        assert!(
+            raise_timeout_alert_at(&store, &other, at(1))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // Still inside the window: folded.
+        assert!(
+            raise_timeout_alert_at(&store, &alert(), at(599))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // The window is over: the next alert says how many it stands for.
+        let (n, _) = raise_timeout_alert_at(&store, &alert(), at(601))
+            .await
+            .unwrap()
+            .expect("sent");
+        assert!(n.body.contains("另有 11 次超时"), "{}", n.body);
+        // And the count starts again.
+        assert!(
+            raise_timeout_alert_at(&store, &alert(), at(602))
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -19,8 +19,8 @@ use chrono::{DateTime, Utc};
 use qiwu_domain::misfire::{missed_between, missed_text};
 use qiwu_domain::{CronExpr, MisfirePolicy, MissReason};
 use qiwu_storage::{
-    ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, RunStatus, StorageError, TimeClaim,
-    Trigger,
+    ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
+    TimeClaim, Trigger,
 };
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -60,11 +60,32 @@ pub(crate) enum Feedback {
     Stale(i64),
 }
 
-/// The queued work of one job.
+/// The queued work of one job: a catch-up, and timer fires in time order.
+/// A fire time that waits past the misfire threshold folds into the
+/// catch-up with everything before it, so a job queues at most the fire
+/// times of one threshold.
 #[derive(Debug, Default)]
 struct JobWork {
     catch_up: Option<(DateTime<Utc>, MissReason)>,
-    time: Option<(Armed, DateTime<Utc>)>,
+    times: VecDeque<(Armed, DateTime<Utc>)>,
+}
+
+impl JobWork {
+    fn is_empty(&self) -> bool {
+        self.catch_up.is_none() && self.times.is_empty()
+    }
+
+    /// Folds the queued times older than `limit` into the catch-up.
+    fn fold_older(&mut self, limit: DateTime<Utc>, reason: MissReason) {
+        while let Some((_, at)) = self.times.front() {
+            if *at >= limit {
+                break;
+            }
+            let at = *at;
+            self.times.pop_front();
+            fold(self, at, reason);
+        }
+    }
 }
 
 pub(crate) struct Claimer {
@@ -146,8 +167,7 @@ impl Claimer {
         !self.order.is_empty() || !self.manual.is_empty()
     }
 
-    /// Queues a request; a job has at most one queued entry, so a second
-    /// fire time of a job still waiting folds both into one catch-up.
+    /// Queues a request.
     fn add(&mut self, request: Request) {
         match request {
             Request::Manual { fire_id } => {
@@ -156,14 +176,11 @@ impl Claimer {
                 }
             }
             Request::Time { armed, at } => {
-                let job_id = armed.job_id;
-                let work = self.work(job_id);
-                match work.time.take() {
-                    Some((_, waiting)) => {
-                        fold(work, waiting.max(at), MissReason::Overloaded);
-                    }
-                    None => work.time = Some((armed, at)),
-                }
+                let limit = self.late_limit();
+                let reason = self.miss_reason();
+                let work = self.work(armed.job_id);
+                work.times.push_back((armed, at));
+                work.fold_older(limit, reason);
             }
             Request::CatchUp {
                 job_id,
@@ -183,7 +200,6 @@ impl Claimer {
     /// One round: catch-ups first (they come before later times in each
     /// job's chain), then timer fires, then run-once requests.
     async fn round(&mut self) {
-        let now = self.shared.clock.now();
         if self.shared.skew_too_large() {
             tracing::error!(
                 skew_ms = self.shared.skew_ms(),
@@ -193,12 +209,7 @@ impl Claimer {
             self.fail_later();
             return;
         }
-        let reason = if self.unreachable {
-            MissReason::Outage
-        } else {
-            MissReason::Overloaded
-        };
-        self.fold_late(now, reason);
+        self.fold_late();
         let result = match self.take_catch_ups() {
             batch if !batch.is_empty() => self.catch_up(batch).await,
             _ => match self.take_times() {
@@ -225,26 +236,33 @@ impl Claimer {
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
 
-    /// Timer fires that waited past the misfire threshold become catch-ups.
-    fn fold_late(&mut self, now: DateTime<Utc>, reason: MissReason) {
+    /// Fire times before this are too late to claim as timer fires.
+    fn late_limit(&self) -> DateTime<Utc> {
         let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
             .unwrap_or(chrono::Duration::seconds(5));
+        self.shared.clock.now() - threshold
+    }
+
+    /// Why queued times are late: the database failed us, or places did.
+    fn miss_reason(&self) -> MissReason {
+        if self.unreachable {
+            MissReason::Outage
+        } else {
+            MissReason::Overloaded
+        }
+    }
+
+    /// Timer fires that waited past the misfire threshold become catch-ups.
+    fn fold_late(&mut self) {
+        let (limit, reason) = (self.late_limit(), self.miss_reason());
         for work in self.jobs.values_mut() {
-            if let Some((_, at)) = &work.time
-                && now - *at > threshold
-            {
-                let at = *at;
-                work.time = None;
-                fold(work, at, reason);
-            }
+            work.fold_older(limit, reason);
         }
     }
 
     fn fold_all_times(&mut self, reason: MissReason) {
         for work in self.jobs.values_mut() {
-            if let Some((_, at)) = work.time.take() {
-                fold(work, at, reason);
-            }
+            work.fold_older(DateTime::<Utc>::MAX_UTC, reason);
         }
     }
 
@@ -273,7 +291,7 @@ impl Claimer {
             }
             if let Some(work) = self.jobs.get_mut(&job_id)
                 && work.catch_up.is_none()
-                && let Some(time) = work.time.take()
+                && let Some(time) = work.times.pop_front()
             {
                 batch.push(time);
             }
@@ -285,9 +303,7 @@ impl Claimer {
     fn forget_done(&mut self) {
         let jobs = &mut self.jobs;
         self.order.retain(|id| {
-            let keep = jobs
-                .get(id)
-                .is_some_and(|w| w.catch_up.is_some() || w.time.is_some());
+            let keep = jobs.get(id).is_some_and(|w| !w.is_empty());
             if !keep {
                 jobs.remove(id);
             }
@@ -314,28 +330,7 @@ impl Claimer {
         &mut self,
         batch: Vec<(Armed, DateTime<Utc>)>,
     ) -> Result<(), StorageError> {
-        let mut slots: Vec<Option<Slot>> = Vec::with_capacity(batch.len());
-        let mut claims = Vec::with_capacity(batch.len());
-        for (armed, at) in &batch {
-            let slot = (!armed.allow_concurrent)
-                .then(|| self.shared.slots.try_take(armed.job_id))
-                .flatten();
-            let first = if !armed.allow_concurrent && slot.is_none() {
-                FirstRun::skipped(texts::SKIP_OVERLAP)
-            } else {
-                FirstRun::running()
-            };
-            slots.push(slot);
-            claims.push(TimeClaim {
-                job_id: armed.job_id,
-                trigger: Trigger::Schedule,
-                first_at: *at,
-                scheduled_at: *at,
-                after: previous_time(&armed.cron, armed.tz, *at),
-                schedule_from: armed.schedule_from,
-                first,
-            });
-        }
+        let (claims, slots) = self.timer_claims(&batch);
         let outcomes = match self
             .shared
             .store
@@ -345,8 +340,9 @@ impl Claimer {
         {
             Ok(outcomes) => outcomes,
             Err(e) => {
+                // Each was its job's earliest queued time: back to the front.
                 for (armed, at) in batch {
-                    self.add(Request::Time { armed, at });
+                    self.work(armed.job_id).times.push_front((armed, at));
                 }
                 return Err(e);
             }
@@ -373,11 +369,42 @@ impl Claimer {
                         reason: MissReason::Downtime,
                     });
                     let job_id = armed.job_id;
-                    self.work(job_id).time = Some((armed, at));
+                    self.work(job_id).times.push_front((armed, at));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The claims of timer fires, with the local slots of non-concurrent
+    /// jobs taken (a busy slot makes the first run a skip).
+    fn timer_claims(
+        &self,
+        batch: &[(Armed, DateTime<Utc>)],
+    ) -> (Vec<TimeClaim>, Vec<Option<Slot>>) {
+        let mut slots = Vec::with_capacity(batch.len());
+        let mut claims = Vec::with_capacity(batch.len());
+        for (armed, at) in batch {
+            let slot = (!armed.allow_concurrent)
+                .then(|| self.shared.slots.try_take(armed.job_id))
+                .flatten();
+            let first = if !armed.allow_concurrent && slot.is_none() {
+                FirstRun::skipped(texts::SKIP_OVERLAP)
+            } else {
+                FirstRun::running()
+            };
+            slots.push(slot);
+            claims.push(TimeClaim {
+                job_id: armed.job_id,
+                trigger: Trigger::Schedule,
+                first_at: *at,
+                scheduled_at: *at,
+                after: previous_time(&armed.cron, armed.tz, *at),
+                schedule_from: armed.schedule_from,
+                first,
+            });
+        }
+        (claims, slots)
     }
 
     /// Records each job's missed times up to its `through` by its misfire
@@ -399,48 +426,17 @@ impl Claimer {
                 return Err(e);
             }
         };
-        let mut claims = Vec::new();
-        let mut notes = Vec::new();
-        let mut asked = Vec::new();
-        let mut counts = Vec::new();
-        for &(job_id, through, reason) in &batch {
-            let Some(job) = jobs.get(&job_id).filter(|j| j.enabled) else {
-                continue;
-            };
-            let Some(cron) = self.cron(&job.cron) else {
-                continue;
-            };
-            let tz = self.shared.zone_of(job.timezone.as_deref());
-            let from = tips
-                .get(&job_id)
-                .map_or(job.updated_at, |tip| (*tip).max(job.updated_at));
-            let Some(missed) = missed_between(&cron, tz, from, through) else {
-                continue;
-            };
-            tracing::info!(job = job_id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
-            let run_once =
-                MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
-            let first = if run_once {
-                FirstRun::running()
-            } else {
-                FirstRun::skipped(missed_text(&missed, reason, tz, false))
-            };
-            notes.push(run_once.then(|| missed_text(&missed, reason, tz, true)));
-            asked.push((job_id, through, reason));
-            counts.push(missed.count);
-            claims.push(TimeClaim {
-                job_id,
-                trigger: Trigger::Misfire,
-                first_at: missed.first,
-                scheduled_at: missed.last,
-                after: Some(from),
-                schedule_from: job.schedule_from,
-                first,
-            });
-        }
-        if claims.is_empty() {
+        let planned: Vec<Planned> = batch
+            .into_iter()
+            .filter_map(|(job_id, through, reason)| {
+                let job = jobs.get(&job_id).filter(|j| j.enabled)?;
+                self.plan(job, tips.get(&job_id).copied(), through, reason)
+            })
+            .collect();
+        if planned.is_empty() {
             return Ok(());
         }
+        let claims: Vec<TimeClaim> = planned.iter().map(|p| p.claim.clone()).collect();
         let outcomes = match self
             .shared
             .store
@@ -450,16 +446,15 @@ impl Claimer {
         {
             Ok(outcomes) => outcomes,
             Err(e) => {
-                self.requeue_catch_ups(asked);
+                self.requeue_catch_ups(planned.into_iter().map(|p| p.asked).collect());
                 return Err(e);
             }
         };
-        for (((outcome, note), (job_id, through, reason)), count) in
-            outcomes.into_iter().zip(notes).zip(asked).zip(counts)
-        {
-            crate::observe::caught_up(&outcome, reason, count);
+        for (outcome, planned) in outcomes.into_iter().zip(planned) {
+            let (job_id, through, reason) = planned.asked;
+            crate::observe::caught_up(&outcome, reason, planned.missed);
             match outcome {
-                ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, note),
+                ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, planned.note),
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(job_id));
@@ -473,6 +468,43 @@ impl Claimer {
             }
         }
         Ok(())
+    }
+
+    /// The record standing for a job's times after its last record (or its
+    /// last change) up to `through`, by its misfire policy; `None` when it
+    /// missed nothing.
+    fn plan(
+        &mut self,
+        job: &JobRecord,
+        tip: Option<DateTime<Utc>>,
+        through: DateTime<Utc>,
+        reason: MissReason,
+    ) -> Option<Planned> {
+        let cron = self.cron(&job.cron)?;
+        let tz = self.shared.zone_of(job.timezone.as_deref());
+        let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
+        let missed = missed_between(&cron, tz, from, through)?;
+        tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
+        let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+        let first = if run_once {
+            FirstRun::running()
+        } else {
+            FirstRun::skipped(missed_text(&missed, reason, tz, false))
+        };
+        Some(Planned {
+            claim: TimeClaim {
+                job_id: job.id,
+                trigger: Trigger::Misfire,
+                first_at: missed.first,
+                scheduled_at: missed.last,
+                after: Some(from),
+                schedule_from: job.schedule_from,
+                first,
+            },
+            note: run_once.then(|| missed_text(&missed, reason, tz, true)),
+            asked: (job.id, through, reason),
+            missed: missed.count,
+        })
     }
 
     fn requeue_catch_ups(&mut self, batch: Vec<(i64, DateTime<Utc>, MissReason)>) {
@@ -516,8 +548,8 @@ impl Claimer {
             }
         };
         for (id, outcome) in ids.into_iter().zip(outcomes) {
-            crate::observe::claimed(Trigger::Manual, &outcome);
             self.manual_known.remove(&id);
+            crate::observe::claimed(Trigger::Manual, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
                 self.start(*claimed, None, None);
             }
@@ -582,6 +614,17 @@ impl Claimer {
             }
         }
     }
+}
+
+/// A catch-up ready to claim.
+struct Planned {
+    claim: TimeClaim,
+    /// The first log line of a `run_once` catch-up run.
+    note: Option<String>,
+    /// The request it answers, to queue again when the claim fails.
+    asked: (i64, DateTime<Utc>, MissReason),
+    /// How many fire times it stands for.
+    missed: usize,
 }
 
 /// Folds a fire time into the job's catch-up.

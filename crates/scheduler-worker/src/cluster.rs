@@ -90,6 +90,13 @@ impl Membership {
             // Alone and not yet registered: own everything.
             return Some(0);
         }
+        self.owners(job_id, replicas)
+            .iter()
+            .position(|i| *i == instance)
+    }
+
+    /// The job's owners among the live workers, primary first.
+    pub fn owners(&self, job_id: i64, replicas: usize) -> Vec<&str> {
         let mut ranked: Vec<(u64, &str)> = self
             .live
             .iter()
@@ -97,9 +104,10 @@ impl Membership {
             .collect();
         ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
         ranked
-            .iter()
+            .into_iter()
             .take(replicas.max(1))
-            .position(|(_, i)| *i == instance)
+            .map(|(_, i)| i)
+            .collect()
     }
 }
 

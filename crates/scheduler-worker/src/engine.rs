@@ -251,6 +251,7 @@ impl Engine {
             crons: HashMap::new(),
             claims,
             last_reconcile: shared.clock.now(),
+            previous_live: shared.membership.borrow().live.clone(),
         };
         crate::observe::watch_in_flight(&shared);
         state.load(catalog, start_line(&shared));
@@ -340,44 +341,16 @@ async fn start(
 /// Checks the schema (and a cluster's zone), closes this instance's
 /// leftover runs and reads every enabled job's schedule.
 async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProblem> {
-    let store = &shared.store;
-    let not_yet =
-        |e: qiwu_storage::StorageError| StartProblem::NotYet(format!("database error: {e}"));
-    match store.pending_migrations().await {
-        Ok(0) => {}
-        Ok(n) => {
-            return Err(StartProblem::NotYet(format!(
-                "waiting for migrations ({n} not applied; run `qiwu-scheduler migrate`)"
-            )));
-        }
-        Err(e) if e.is_unavailable() => {
-            return Err(StartProblem::NotYet(format!("database unreachable: {e}")));
-        }
-        Err(e) => {
-            return Err(StartProblem::NotYet(format!(
-                "waiting for migrations ({e})"
-            )));
-        }
-    }
+    check_schema(&shared.store).await?;
     if shared.config.cluster.is_some() {
-        let mine = shared.config.timezone.name();
-        let agreed = store
-            .cluster()
-            .agree_timezone(mine, shared.clock.now())
-            .await
-            .map_err(not_yet)?;
-        if agreed != mine {
-            return Err(StartProblem::Fatal(WorkerError::ZoneMismatch {
-                mine: mine.to_string(),
-                cluster: agreed,
-            }));
-        }
+        agree_zone(shared).await?;
     }
     // Runs left `running` by an earlier process cannot still be going: in
     // `serve` every such run, in a cluster those of this instance id.
     let own = [shared.config.instance.clone()];
     let scope = (!shared.config.close_all_running_at_start).then_some(&own[..]);
-    let closed = store
+    let closed = shared
+        .store
         .fires()
         .close_running(scope, texts::REASON_RESTART, shared.clock.now(), false)
         .await
@@ -385,6 +358,58 @@ async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProble
     if closed > 0 {
         tracing::warn!(closed, "closed runs left running by a previous process");
     }
+    let all = load_schedules(&shared.store).await?;
+    if shared.config.cluster.is_some() {
+        // The first heart-beat tells who is alive before jobs are armed.
+        let mut membership = shared.membership.clone();
+        if membership.borrow().live.is_empty() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), membership.changed()).await;
+        }
+    }
+    Ok(all)
+}
+
+fn not_yet(e: qiwu_storage::StorageError) -> StartProblem {
+    StartProblem::NotYet(format!("database error: {e}"))
+}
+
+/// Waits out a database that does not answer or lacks migrations.
+async fn check_schema(store: &Store) -> Result<(), StartProblem> {
+    match store.pending_migrations().await {
+        Ok(0) => Ok(()),
+        Ok(n) => Err(StartProblem::NotYet(format!(
+            "waiting for migrations ({n} not applied; run `qiwu-scheduler migrate`)"
+        ))),
+        Err(e) if e.is_unavailable() => {
+            Err(StartProblem::NotYet(format!("database unreachable: {e}")))
+        }
+        Err(e) => Err(StartProblem::NotYet(format!(
+            "waiting for migrations ({e})"
+        ))),
+    }
+}
+
+/// A cluster's zone is recorded by its first instance; another zone here
+/// would compute other fire times, so it stops the engine.
+async fn agree_zone(shared: &Shared) -> Result<(), StartProblem> {
+    let mine = shared.config.timezone.name();
+    let agreed = shared
+        .store
+        .cluster()
+        .agree_timezone(mine, shared.clock.now())
+        .await
+        .map_err(not_yet)?;
+    if agreed == mine {
+        return Ok(());
+    }
+    Err(StartProblem::Fatal(WorkerError::ZoneMismatch {
+        mine: mine.to_string(),
+        cluster: agreed,
+    }))
+}
+
+/// Every enabled job's schedule, a page at a time.
+async fn load_schedules(store: &Store) -> Result<Vec<JobSchedule>, StartProblem> {
     let mut all = Vec::new();
     let mut after = 0;
     loop {
@@ -394,23 +419,15 @@ async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProble
             .await
             .map_err(not_yet)?;
         let Some(last) = page.last() else {
-            break;
+            return Ok(all);
         };
         after = last.id;
         let full = page.len() as u64 == LOAD_PAGE;
         all.extend(page);
         if !full {
-            break;
+            return Ok(all);
         }
     }
-    if shared.config.cluster.is_some() {
-        // The first heart-beat tells who is alive before jobs are armed.
-        let mut membership = shared.membership.clone();
-        if membership.borrow().live.is_empty() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), membership.changed()).await;
-        }
-    }
-    Ok(all)
 }
 
 /// Stops the claimer, gives running handlers the grace period, closes what
@@ -496,6 +513,9 @@ struct Loop {
     crons: HashMap<String, Arc<CronExpr>>,
     claims: mpsc::UnboundedSender<Request>,
     last_reconcile: DateTime<Utc>,
+    /// The live workers when jobs were last placed (at start: those seen
+    /// by the first heart-beat).
+    previous_live: Vec<String>,
 }
 
 impl Loop {
@@ -559,8 +579,10 @@ impl Loop {
             }
             Event::PollPending => self.poll_pending().await,
             Event::Membership => {
-                tracing::info!(live = ?self.shared.membership.borrow().live, "cluster membership changed");
+                let live = self.shared.membership.borrow().live.clone();
+                tracing::info!(?live, "cluster membership changed");
                 self.place_all(self.shared.clock.now() - ARM_GRACE);
+                self.previous_live = live;
             }
             Event::Shutdown => return false,
         }
@@ -573,38 +595,36 @@ impl Loop {
         let _ = self.claims.send(request);
     }
 
-    /// Hands what fell due to the claimer. A job that yields several times
-    /// at once (the process slept past them) gets one catch-up instead.
+    /// Hands what fell due to the claimer, each time in order. Times the
+    /// process slept past beyond the misfire threshold (a paused process, a
+    /// clock step) become one catch-up of their job instead.
     fn on_due(&mut self) {
         let now = self.shared.clock.now();
         let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
             .unwrap_or(chrono::Duration::seconds(5));
-        let mut by_job: Vec<(i64, Vec<DateTime<Utc>>)> = Vec::new();
+        let mut stalled: HashMap<i64, DateTime<Utc>> = HashMap::new();
         for due in self.timers.pop_due(now) {
-            match by_job.iter_mut().find(|(id, _)| *id == due.job_id) {
-                Some((_, times)) => times.push(due.at),
-                None => by_job.push((due.job_id, vec![due.at])),
-            }
-        }
-        for (job_id, times) in by_job {
-            let Some(armed) = self.timers.armed(job_id).cloned() else {
+            if now - due.at > threshold {
+                stalled.insert(due.job_id, due.at);
                 continue;
-            };
-            let (first, last) = (times[0], times[times.len() - 1]);
-            if times.len() == 1 && now - last <= threshold {
-                self.claim(Request::Time { armed, at: last });
-            } else {
-                let reason = if now - first > threshold {
-                    MissReason::Stalled
-                } else {
-                    MissReason::Overloaded
-                };
+            }
+            if let Some(through) = stalled.remove(&due.job_id) {
                 self.claim(Request::CatchUp {
-                    job_id,
-                    through: last,
-                    reason,
+                    job_id: due.job_id,
+                    through,
+                    reason: MissReason::Stalled,
                 });
             }
+            if let Some(armed) = self.timers.armed(due.job_id).cloned() {
+                self.claim(Request::Time { armed, at: due.at });
+            }
+        }
+        for (job_id, through) in stalled {
+            self.claim(Request::CatchUp {
+                job_id,
+                through,
+                reason: MissReason::Stalled,
+            });
         }
     }
 
@@ -709,6 +729,28 @@ impl Loop {
         })
     }
 
+    /// True when one of the job's owners by the previous live set (this
+    /// worker aside) is still live: it has been firing the job.
+    fn owners_were_live(&self, job_id: i64) -> bool {
+        let Some(cluster) = &self.shared.config.cluster else {
+            return false;
+        };
+        let me = &self.shared.config.instance;
+        let live = &self.shared.membership.borrow().live;
+        let before = Membership {
+            live: self
+                .previous_live
+                .iter()
+                .filter(|i| *i != me)
+                .cloned()
+                .collect(),
+        };
+        before
+            .owners(job_id, cluster.replicas)
+            .iter()
+            .any(|owner| live.iter().any(|l| l == owner))
+    }
+
     fn place_all(&mut self, line: DateTime<Utc>) {
         let ids: Vec<i64> = self.catalog.keys().copied().collect();
         for id in ids {
@@ -744,6 +786,11 @@ impl Loop {
             return;
         }
         let was_primary = same_schedule && current.is_some_and(|a| a.delay.is_zero());
+        // A job changing hands between live workers needs no catch-up (its
+        // owners kept firing it; a catch-up now would only race them). It
+        // does when its schedule changed unseen, or its owners are gone.
+        let needs_catch_up =
+            (!same_schedule && current.is_some()) || !self.owners_were_live(job_id);
         let armed = Armed {
             job_id,
             schedule_from: known.schedule_from,
@@ -753,7 +800,7 @@ impl Loop {
             delay,
         };
         let from = known.schedule_from.max(line);
-        let catch_up = rank == 0 && !was_primary && known.schedule_from < line;
+        let catch_up = rank == 0 && !was_primary && needs_catch_up && known.schedule_from < line;
         self.timers.arm(armed, from);
         if catch_up {
             self.claim(Request::CatchUp {

@@ -283,6 +283,56 @@ impl Fire {
     ) -> Attempt {
         let timeout =
             (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
+        let mut attempt = self.start_handler(handler, params, timeout);
+        let Some(task) = attempt.task.as_mut() else {
+            return attempt;
+        };
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = async {
+            match &self.lock {
+                Some(lock) => lock.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let (outcome, reason) = tokio::select! {
+            joined = task => {
+                attempt.task = None;
+                attempt.outcome = match joined {
+                    Ok(Ok(value)) => Outcome::Returned(value),
+                    Ok(Err(message)) => Outcome::Failed(message),
+                    Err(join) => Outcome::Panicked(join.to_string()),
+                };
+                return attempt;
+            }
+            () = deadline => (Outcome::TimedOut, StopReason::Timeout),
+            () = lost => (Outcome::LockLost, StopReason::LockLost),
+            () = shutting_down(stop) => (Outcome::Shutdown(Ok(String::new())), StopReason::Shutdown),
+        };
+        attempt.stopper.stop(reason);
+        attempt.outcome = outcome;
+        if let (Outcome::Shutdown(_), Some(task)) = (&attempt.outcome, attempt.task.take()) {
+            // The engine bounds this wait by the grace period.
+            attempt.outcome = Outcome::Shutdown(match task.await {
+                Ok(answer) => answer,
+                Err(join) => Err(join.to_string()),
+            });
+        }
+        attempt
+    }
+
+    /// Spawns the handler with its context; the attempt's outcome is set
+    /// once it is known.
+    fn start_handler(
+        &self,
+        handler: &Arc<dyn Handler>,
+        params: &Map<String, Value>,
+        timeout: Option<Duration>,
+    ) -> Attempt {
         let started_at = self.shared.clock.now();
         let (stopper, signal) = stop_pair();
         let log = LogSink::default();
@@ -300,61 +350,15 @@ impl Fire {
             stop: signal,
             log: log.clone(),
         };
-        let started = tokio::time::Instant::now();
-        // In the attempt's span: an outgoing call carries its traceparent.
-        let mut task = tokio::spawn(handler.run(params.clone(), ctx).in_current_span());
-        let deadline = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        let lost = async {
-            match &self.lock {
-                Some(lock) => lock.lost().await,
-                None => std::future::pending().await,
-            }
-        };
-        let outcome = tokio::select! {
-            joined = &mut task => {
-                let outcome = match joined {
-                    Ok(Ok(value)) => Outcome::Returned(value),
-                    Ok(Err(message)) => Outcome::Failed(message),
-                    Err(join) => Outcome::Panicked(join.to_string()),
-                };
-                return Attempt { outcome, log, started, started_at, task: None, stopper };
-            }
-            () = deadline => Outcome::TimedOut,
-            () = lost => Outcome::LockLost,
-            () = shutting_down(stop) => Outcome::Shutdown(Ok(String::new())),
-        };
-        let reason = match outcome {
-            Outcome::TimedOut => StopReason::Timeout,
-            Outcome::LockLost => StopReason::LockLost,
-            _ => StopReason::Shutdown,
-        };
-        stopper.stop(reason);
-        if let Outcome::Shutdown(_) = outcome {
-            // The engine bounds this wait by the grace period.
-            let answer = match task.await {
-                Ok(answer) => answer,
-                Err(join) => Err(join.to_string()),
-            };
-            return Attempt {
-                outcome: Outcome::Shutdown(answer),
-                log,
-                started,
-                started_at,
-                task: None,
-                stopper,
-            };
-        }
         Attempt {
-            outcome,
+            outcome: Outcome::Returned(String::new()),
             log,
-            started,
+            started: tokio::time::Instant::now(),
             started_at,
-            task: Some(task),
+            // In the attempt's span: an outgoing call carries its traceparent.
+            task: Some(tokio::spawn(
+                handler.run(params.clone(), ctx).in_current_span(),
+            )),
             stopper,
         }
     }

@@ -1,5 +1,7 @@
 //! Deletion of expired rows for `audit.purge`: runs (soft-deleted ones
-//! included), audit entries, notifications with their outbox rows.
+//! included), audit entries, notifications with their outbox rows, and the
+//! fire ledger's old records (each job's latest one stays: the next claim
+//! of its schedule follows it).
 //!
 //! Each call deletes one batch and returns how many rows went, so the caller
 //! decides when to stop (between batches) and no statement holds locks on
@@ -8,7 +10,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use crate::entity::{audit_log, notification, outbox, run};
+use crate::entity::{audit_log, fire, notification, outbox, run};
 use crate::timestamp::to_millis;
 use crate::{StorageError, Store};
 
@@ -74,6 +76,53 @@ impl PurgeRepo<'_> {
             .all(self.store.connection())
             .await?;
         self.delete_ids::<run::Entity>(run::Column::Id, &ids).await
+    }
+
+    /// Looks at up to `limit` fire rows created before `cutoff` with an id
+    /// above `after`, oldest first, and deletes them, except each job's
+    /// latest record on its schedule (the chain's tip) and run-once
+    /// requests still pending. Returns how many went and the last id
+    /// looked at (`None` once no row is left to look at): the caller
+    /// continues after it, so kept tips never stall the purge.
+    pub async fn fires_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        after: i64,
+        limit: u64,
+    ) -> Result<(u64, Option<i64>), StorageError> {
+        let rows: Vec<(i64, i64, i16, i64)> = fire::Entity::find()
+            .select_only()
+            .column(fire::Column::Id)
+            .column(fire::Column::JobId)
+            .column(fire::Column::Lane)
+            .column(fire::Column::ScheduledAt)
+            .filter(fire::Column::Id.gt(after))
+            .filter(fire::Column::CreatedAt.lt(to_millis(cutoff)))
+            .filter(fire::Column::State.ne("pending"))
+            .order_by_asc(fire::Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        let Some(&(last, _, _, _)) = rows.last() else {
+            return Ok((0, None));
+        };
+        let mut jobs: Vec<i64> = rows.iter().map(|r| r.1).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let tips = self.store.fires().tips(&jobs).await?;
+        let ids: Vec<i64> = rows
+            .iter()
+            .filter(|(_, job, lane, at)| {
+                !(*lane == crate::fires::LANE_SCHEDULE
+                    && tips.get(job).map(|t| to_millis(*t)) == Some(*at))
+            })
+            .map(|r| r.0)
+            .collect();
+        let deleted = self
+            .delete_ids::<fire::Entity>(fire::Column::Id, &ids)
+            .await?;
+        Ok((deleted, Some(last)))
     }
 
     /// Deletes up to `limit` audit entries written before `cutoff`.

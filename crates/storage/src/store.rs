@@ -74,6 +74,7 @@ impl Store {
         let mut opts = ConnectOptions::new(url);
         // Statement logging through `log` at INFO would flood the service log.
         opts.sqlx_logging(false);
+        bound_waits(&mut opts);
         if backend == Backend::Sqlite {
             prepare_sqlite(url, &mut opts).await?;
         }
@@ -101,6 +102,7 @@ impl Store {
         })?;
         let mut opts = ConnectOptions::new(url);
         opts.sqlx_logging(false).connect_lazy(true);
+        bound_waits(&mut opts);
         let db = Database::connect(opts).await?;
         Ok(Store { db, backend })
     }
@@ -221,6 +223,15 @@ impl Store {
             })
             .await
     }
+}
+
+/// How long a query waits for a connection (and a connection for the
+/// server): a database that is down fails requests within seconds, so
+/// readiness, the engine and the API report it instead of hanging.
+const POOL_WAIT: Duration = Duration::from_secs(5);
+
+fn bound_waits(opts: &mut ConnectOptions) {
+    opts.acquire_timeout(POOL_WAIT).connect_timeout(POOL_WAIT);
 }
 
 /// Why a server cannot be reached. The pool retries refused connections

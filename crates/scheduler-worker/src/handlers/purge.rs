@@ -50,13 +50,14 @@ struct Counts {
     audit_logs: u64,
     notifications: u64,
     outbox: u64,
+    fires: u64,
 }
 
 impl Counts {
     fn summary(&self) -> String {
         format!(
-            "deleted runs {}, audit_logs {}, notifications {}, outbox {}",
-            self.runs, self.audit_logs, self.notifications, self.outbox
+            "deleted runs {}, audit_logs {}, notifications {}, outbox {}, fires {}",
+            self.runs, self.audit_logs, self.notifications, self.outbox, self.fires
         )
     }
 }
@@ -132,6 +133,22 @@ async fn purge(
         "notifications: {} (outbox {})",
         counts.notifications, counts.outbox
     ));
+    let mut after = 0;
+    loop {
+        if ctx.stop.is_stopped() {
+            return Err(stopped(&counts));
+        }
+        let (deleted, last) = purge
+            .fires_before(cutoff, after, batch)
+            .await
+            .map_err(|e| storage_failed(e, &counts))?;
+        counts.fires += deleted;
+        match last {
+            Some(last) => after = last,
+            None => break,
+        }
+    }
+    ctx.log.line(format!("fires: {}", counts.fires));
     Ok(counts.summary())
 }
 
@@ -283,7 +300,7 @@ mod tests {
         let out = purge.run(Map::new(), ctx).await.unwrap();
         assert_eq!(
             out,
-            "deleted runs 5, audit_logs 3, notifications 3, outbox 2"
+            "deleted runs 5, audit_logs 3, notifications 3, outbox 2, fires 0"
         );
         // Left: the two fresh runs, the fresh audit entry plus the setting's
         // own (written "now"), the fresh notification and its outbox row.
@@ -304,7 +321,7 @@ mod tests {
         let out = purge.run(Map::new(), run_context().1).await.unwrap();
         assert_eq!(
             out,
-            "deleted runs 0, audit_logs 1, notifications 0, outbox 0"
+            "deleted runs 0, audit_logs 1, notifications 0, outbox 0, fires 0"
         );
 
         insert_audit(&store, now() - Duration::days(181)).await;
@@ -318,7 +335,7 @@ mod tests {
         let out = purge.run(Map::new(), ctx).await.unwrap();
         assert_eq!(
             out,
-            "deleted runs 0, audit_logs 1, notifications 0, outbox 0"
+            "deleted runs 0, audit_logs 1, notifications 0, outbox 0, fires 0"
         );
         assert!(log.contents().contains("using 180 days"));
     }

@@ -20,6 +20,7 @@ scenarios!(
     ledger_run_once_requests,
     ledger_a_job_running_elsewhere_is_skipped,
     ledger_text_with_nul_is_stored,
+    ledger_old_records_are_purged_but_each_tip_stays,
 );
 
 /// `n` seconds after 2025-11-24T16:00:00Z; jobs are created at
@@ -526,4 +527,39 @@ async fn ledger_text_with_nul_is_stored(store: Store) {
         (row.output.as_str(), row.error.as_str()),
         ("a\u{FFFD}b", "boom\u{FFFD}")
     );
+}
+
+async fn ledger_old_records_are_purged_but_each_tip_stays(store: Store) {
+    let a = job(&store, "a").await;
+    let b = job(&store, "b").await;
+    for n in 1..=3 {
+        assert_eq!(kind(&claim_one(&store, timer(&a, n), "w").await), "claimed");
+    }
+    assert_eq!(kind(&claim_one(&store, timer(&b, 1), "w").await), "claimed");
+    let pending = store.fires().create_manual(b.id, s(50)).await.unwrap();
+    // Batches of two, continuing after the last row looked at.
+    let mut after = 0;
+    let mut deleted = 0;
+    while let (n, Some(last)) = store.purge().fires_before(s(200), after, 2).await.unwrap() {
+        deleted += n;
+        after = last;
+    }
+    assert_eq!(deleted, 2);
+    let left: Vec<i64> = schedule_rows(&store, a.id)
+        .await
+        .iter()
+        .map(|r| r.scheduled_at)
+        .collect();
+    assert_eq!(left, [to_ms(s(3))]);
+    assert_eq!(schedule_rows(&store, b.id).await.len(), 1);
+    assert!(
+        store
+            .fires()
+            .pending_by_id(pending)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // The chain goes on from the kept tip.
+    assert_eq!(kind(&claim_one(&store, timer(&a, 4), "w").await), "claimed");
 }
