@@ -394,7 +394,10 @@ async fn readyz_waits_for_the_schema_and_fails_through_a_database_outage() {
         &cluster_env(&db, &redis, "ready-api"),
         &[],
     );
-    assert_eq!(readyz(&api).await.0, 200);
+    until("the api is ready", LIMIT, async || {
+        (readyz(&api).await.0 == 200).then_some(())
+    })
+    .await;
 
     // The database refuses every connection: both say so, and stay alive.
     db.admin(&format!(

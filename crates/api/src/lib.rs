@@ -83,7 +83,9 @@ fn base_document() -> OpenApi {
                 .description(Some(
                     "Scheduled jobs of the Qiwu admin platform. Errors are \
                      application/problem+json in the language of Accept-Language \
-                     (zh-CN by default, or en).",
+                     (zh-CN by default, or en). Every answer carries X-Request-Id: the \
+                     caller's when it is 1-128 characters of A-Z a-z 0-9 - _ . ~, else a \
+                     new one; a 5xx problem repeats it as instance.",
                 ))
                 .build(),
         )

@@ -19,7 +19,9 @@ pub struct RunOnceAccepted {
 
 /// Runs a job once, now, with its saved params (no override), obeying its
 /// timeout, retry and concurrency rules; disabled jobs can be run too. The
-/// result appears in the run log.
+/// result appears in the run log. While tracing is on, the fire's trace is
+/// a child of this request's, which continues the caller's W3C
+/// `traceparent` header when one is sent.
 #[utoipa::path(
     tag = "jobs",
     summary = "Run a job once",
