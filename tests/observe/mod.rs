@@ -72,7 +72,35 @@ impl Proc {
                 break rest.trim().to_string();
             }
         };
-        Proc { child, base, dir }
+        let proc = Proc { child, base, dir };
+        proc.wait_alive();
+        proc
+    }
+
+    /// Waits until `/healthz` answers 200: the banner comes right after
+    /// the bind, a moment before the server takes connections.
+    fn wait_alive(&self) {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://").to_string();
+        let start = std::time::Instant::now();
+        loop {
+            let ok = std::net::TcpStream::connect(&addr).ok().and_then(|mut s| {
+                s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+                s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").ok()?;
+                let mut head = [0u8; 12];
+                s.read_exact(&mut head).ok()?;
+                Some(head.ends_with(b"200"))
+            });
+            if ok == Some(true) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{} did not answer /healthz within 30 s",
+                self.base
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
