@@ -227,6 +227,8 @@ scenarios!(
 
 /// The fire ledger's scenarios.
 mod ledger;
+/// What observability reads and writes.
+mod monitor;
 
 // ---------------------------------------------------------------------------
 // Fixtures
