@@ -29,7 +29,15 @@ pub struct Config {
     /// `QIWU_CONFIG`: the file that declares handlers in other services
     /// (read by `serve`, `api` and `worker`; see `config_file`).
     pub config_file: Option<PathBuf>,
+    /// `QIWU_MAX_PENDING_RUN_ONCE`: most queued "run once" fires per job;
+    /// more are refused with 429.
+    pub max_pending_run_once: u64,
 }
+
+/// Default of `QIWU_MAX_PENDING_RUN_ONCE`.
+pub const DEFAULT_MAX_PENDING_RUN_ONCE: u64 = 100;
+/// Largest `QIWU_MAX_PENDING_RUN_ONCE`: each queued fire becomes a task.
+const MAX_MAX_PENDING_RUN_ONCE: u64 = 100_000;
 
 fn var(name: &str) -> anyhow::Result<Option<String>> {
     match std::env::var(name) {
@@ -100,6 +108,15 @@ impl Config {
             bail!("QIWU_WEBHOOK_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
         let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
+        let max_pending_run_once = match var("QIWU_MAX_PENDING_RUN_ONCE")? {
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if (1..=MAX_MAX_PENDING_RUN_ONCE).contains(&n) => n,
+                _ => bail!(
+                    "QIWU_MAX_PENDING_RUN_ONCE={v:?} must be a whole number from 1 to {MAX_MAX_PENDING_RUN_ONCE}"
+                ),
+            },
+            None => DEFAULT_MAX_PENDING_RUN_ONCE,
+        };
         Ok(Config {
             listen,
             database_url,
@@ -110,6 +127,7 @@ impl Config {
             instance_id,
             webhook_secret,
             config_file,
+            max_pending_run_once,
         })
     }
 

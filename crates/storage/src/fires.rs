@@ -515,6 +515,17 @@ impl FireRepo<'_> {
             .collect()
     }
 
+    /// How many "run once" fires of a job wait for an instance (read-only;
+    /// the API bounds the queue with it). The `(job, trigger, time)` unique
+    /// index narrows the scan to the job's manual fires.
+    pub async fn count_pending_manual(&self, job_id: i64) -> Result<u64, StorageError> {
+        let pending = fire::Entity::find()
+            .filter(fire::Column::JobId.eq(job_id))
+            .filter(fire::Column::Trigger.eq(Trigger::Manual.as_str()))
+            .filter(fire::Column::State.eq("pending"));
+        Ok(sea_orm::PaginatorTrait::count(pending, self.store.connection()).await?)
+    }
+
     /// The latest scheduled or catch-up fire time of every job that has one.
     pub async fn last_fire_times(&self) -> Result<HashMap<i64, DateTime<Utc>>, StorageError> {
         let rows: Vec<(i64, Option<i64>)> = fire::Entity::find()

@@ -10,18 +10,18 @@ use crate::dto::{CronPreviewRequest, CronPreviewResponse, in_zone};
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
 
-/// Most fire times one preview lists.
-const MAX_PREVIEW: u32 = 50;
-
 /// Describes an expression and lists its next fire times; an invalid
 /// expression is answered with `valid: false` and the reason.
 #[utoipa::path(
     tag = "cron",
     summary = "Preview a cron expression",
     security(("bearer" = [])),
-    request_body = CronPreviewRequest,
+    request_body(
+        content = CronPreviewRequest,
+        example = json!({"cron": "0 0 9 * * 1-5", "timezone": "Asia/Shanghai", "count": 3})
+    ),
     responses(
-        (status = 200, body = CronPreviewResponse),
+        (status = 200, description = "The description and next fire times, or `valid: false` and why", body = CronPreviewResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
     )
@@ -30,19 +30,11 @@ const MAX_PREVIEW: u32 = 50;
 pub async fn preview(
     state: web::Data<AppState>,
     who: Principal,
-    body: web::Json<CronPreviewRequest>,
+    body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     let lang = who.lang;
-    let body = body.into_inner();
+    let body = CronPreviewRequest::read(lang, body.into_inner())?;
     let count = body.count.unwrap_or(5);
-    if !(1..=MAX_PREVIEW).contains(&count) {
-        return Err(ApiError::field(
-            lang,
-            "count",
-            format!("count 的取值范围是 1–{MAX_PREVIEW}"),
-            format!("count must be between 1 and {MAX_PREVIEW}"),
-        ));
-    }
     let tz = match body
         .timezone
         .as_deref()

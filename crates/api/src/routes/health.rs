@@ -6,7 +6,7 @@ use crate::dto::Health;
 use crate::state::AppState;
 
 /// The process is up.
-#[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, body = Health)))]
+#[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, description = "The process is up", body = Health)))]
 #[get("/healthz")]
 pub async fn healthz() -> HttpResponse {
     healthz_plain().await
@@ -23,7 +23,10 @@ pub async fn healthz_plain() -> HttpResponse {
 #[utoipa::path(
     tag = "ops",
     summary = "Readiness probe",
-    responses((status = 200, body = Health), (status = 503, body = Health))
+    responses(
+        (status = 200, description = "The database answers", body = Health),
+        (status = 503, description = "The database does not answer", body = Health)
+    )
 )]
 #[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
