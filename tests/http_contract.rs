@@ -492,6 +492,41 @@ async fn control_characters_are_refused_in_names_remarks_and_labels() {
                 );
             }
         }
+        // U+0000 in a filter or a path matches nothing (PostgreSQL would
+        // refuse it in a comparison), and a template refuses it.
+        for path in [
+            "/api/jobs?name=a%00b",
+            "/api/jobs?group=%00&handler=%00",
+            "/api/runs?jobName=%00&handler=%00",
+            "/api/audit-logs?actor=%00&targetId=%00",
+            "/api/jobs/export?name=%00",
+            "/api/runs/export?handler=%00",
+        ] {
+            let a = send(&server, "GET", path, None, None).await;
+            assert_eq!(a.status, StatusCode::OK, "{db:?} {path}: {}", a.json);
+        }
+        let a = send(&server, "DELETE", "/api/job-groups/a%00b", None, None).await;
+        a.problem(StatusCode::NOT_FOUND);
+        let a = send(
+            &server,
+            "PUT",
+            "/api/notification-templates/scheduler.timeout_alert",
+            None,
+            Some(json!({"titleZh": "超时\u{0}", "bodyZh": "x", "titleEn": "x", "bodyEn": "x"})),
+        )
+        .await;
+        assert_eq!(a.problem(StatusCode::BAD_REQUEST), ["titleZh"], "{db:?}");
+        let nul_sub = mint("a\u{0}b", &[], true, 600);
+        let a = Answer::of(
+            client()
+                .get(server.url("/api/jobs"))
+                .bearer_auth(&nul_sub)
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        a.problem(StatusCode::UNAUTHORIZED);
         // Other characters are fine, and nothing above was stored.
         let a = create_job(
             &server,

@@ -217,6 +217,13 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
     // `sub` is written as `createdBy`, `updatedBy` and the audit actor,
     // columns of 128 characters: refuse a longer one here rather than
     // shorten it (two users would then share a name) or fail later.
+    if claims.sub.chars().any(char::is_control) {
+        return Err(unauthenticated(
+            lang,
+            "令牌的 sub 含有控制字符：请让签发方使用可打印的用户标识",
+            "The token's sub holds control characters: ask its issuer for a printable user id",
+        ));
+    }
     let sub_chars = claims.sub.chars().count();
     if sub_chars > MAX_SUB_CHARS {
         return Err(unauthenticated(
