@@ -723,6 +723,7 @@ pub struct CronPreviewResponse {
 /// Health of the process.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
+    #[schema(value_type = schema::HealthStatus)]
     pub status: String,
 }
 

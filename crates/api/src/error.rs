@@ -14,11 +14,30 @@ use qiwu_storage::StorageError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+/// Every `type` a problem can have.
+pub const PROBLEM_TYPES: [&str; 14] = [
+    "urn:qiwu:problem:unauthenticated",
+    "urn:qiwu:problem:forbidden",
+    "urn:qiwu:problem:not-found",
+    "urn:qiwu:problem:method-not-allowed",
+    "urn:qiwu:problem:uri-too-long",
+    "urn:qiwu:problem:payload-too-large",
+    "urn:qiwu:problem:unsupported-media-type",
+    "urn:qiwu:problem:too-many-requests",
+    "urn:qiwu:problem:validation",
+    "urn:qiwu:problem:bad-request",
+    "urn:qiwu:problem:name-taken",
+    "urn:qiwu:problem:stale-version",
+    "urn:qiwu:problem:conflict",
+    "urn:qiwu:problem:internal",
+];
+
 /// A problem document (RFC 9457) with per-field errors.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
-    /// A URI naming the kind of problem, such as `urn:qiwu:problem:validation`.
+    /// A URN naming the kind of problem, such as `urn:qiwu:problem:validation`.
     #[serde(rename = "type")]
+    #[schema(value_type = crate::schema::ProblemType)]
     pub kind: String,
     pub title: String,
     pub status: u16,
@@ -512,4 +531,47 @@ pub async fn not_found(req: HttpRequest) -> HttpResponse {
         format!("There is no endpoint {} {}", req.method(), req.path()),
     )
     .error_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_type_is_documented() {
+        let t = || Text::new("zh", "en");
+        let kinds = vec![
+            ErrorKind::Unauthenticated(t()),
+            ErrorKind::Forbidden { needs: "x".into() },
+            ErrorKind::NotFound(t()),
+            ErrorKind::NoSuchPath(ProblemFieldText::new("id", t())),
+            ErrorKind::MethodNotAllowed {
+                allow: vec!["GET".into()],
+            },
+            ErrorKind::UriTooLong { limit: 1 },
+            ErrorKind::PayloadTooLarge { limit: 1 },
+            ErrorKind::UnsupportedMediaType,
+            ErrorKind::TooManyRequests {
+                text: t(),
+                retry_after_secs: 1,
+            },
+            ErrorKind::Validation(vec![]),
+            ErrorKind::BadRequest(t()),
+            ErrorKind::NameTaken(t()),
+            ErrorKind::StaleVersion { current: 1 },
+            ErrorKind::Conflict(t()),
+            ErrorKind::Internal(Box::new(std::io::Error::other("x"))),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in kinds {
+            let problem = ApiError::new(Lang::En, kind).problem();
+            assert!(
+                PROBLEM_TYPES.contains(&problem.kind.as_str()),
+                "{}",
+                problem.kind
+            );
+            seen.insert(problem.kind);
+        }
+        assert_eq!(seen.len(), PROBLEM_TYPES.len());
+    }
 }

@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SettingDto {
-    /// Such as `audit.retention_days`.
+    #[schema(value_type = crate::schema::SettingKey)]
     pub key: String,
     /// The stored value, or the default while nothing is stored.
     pub value: String,
@@ -94,7 +94,8 @@ impl SettingWrite {
 #[serde(rename_all = "camelCase")]
 pub struct NotificationDto {
     pub id: i64,
-    /// The template it was made from, such as `scheduler.timeout_alert`.
+    /// The template it was made from.
+    #[schema(value_type = crate::schema::TemplateCode)]
     pub template_code: String,
     /// Rendered when raised, in Chinese (the platform's default language).
     pub title: String,
@@ -158,7 +159,7 @@ pub struct ReadAllDto {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateDto {
-    /// Such as `scheduler.timeout_alert`.
+    #[schema(value_type = crate::schema::TemplateCode)]
     pub code: String,
     /// The template's name in the request's language.
     pub name: String,

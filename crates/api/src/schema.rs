@@ -122,6 +122,30 @@ code_enum!(
     "What the action was done to"
 );
 code_enum!(
+    /// The key of a setting this service knows.
+    SettingKey,
+    qiwu_domain::settings::SETTINGS.iter().map(|s| s.key).collect(),
+    "A setting this service knows"
+);
+code_enum!(
+    /// The code of a notification template this service sends.
+    TemplateCode,
+    qiwu_domain::notify::TEMPLATES.iter().map(|t| t.code).collect(),
+    "A notification template this service sends"
+);
+code_enum!(
+    /// What a probe says.
+    HealthStatus,
+    vec![crate::routes::health::LIVE, crate::routes::health::READY, crate::routes::health::UNREACHABLE],
+    "`ok` (alive), `ready`, or `database unreachable`"
+);
+code_enum!(
+    /// The kind of a problem.
+    ProblemType,
+    crate::error::PROBLEM_TYPES.to_vec(),
+    "The kind of problem, as a URN"
+);
+code_enum!(
     /// A permission code of SPEC §9.
     PermissionCode,
     Permission::ALL.iter().map(|p| p.code()).collect(),

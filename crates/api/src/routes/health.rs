@@ -5,6 +5,13 @@ use actix_web::{HttpResponse, get, web};
 use crate::dto::Health;
 use crate::state::AppState;
 
+/// What `/healthz` says.
+pub const LIVE: &str = "ok";
+/// What `/readyz` says when the database answers.
+pub const READY: &str = "ready";
+/// What `/readyz` says when it does not.
+pub const UNREACHABLE: &str = "database unreachable";
+
 /// The process is up.
 #[utoipa::path(tag = "ops", summary = "Liveness probe", responses((status = 200, description = "The process is up", body = Health)))]
 #[get("/healthz")]
@@ -15,7 +22,7 @@ pub async fn healthz() -> HttpResponse {
 /// The liveness answer, for routers without OpenAPI registration.
 pub async fn healthz_plain() -> HttpResponse {
     HttpResponse::Ok().json(Health {
-        status: "ok".into(),
+        status: LIVE.into(),
     })
 }
 
@@ -32,12 +39,12 @@ pub async fn healthz_plain() -> HttpResponse {
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     match state.store.ping().await {
         Ok(()) => HttpResponse::Ok().json(Health {
-            status: "ready".into(),
+            status: READY.into(),
         }),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             HttpResponse::ServiceUnavailable().json(Health {
-                status: "database unreachable".into(),
+                status: UNREACHABLE.into(),
             })
         }
     }

@@ -54,7 +54,7 @@ pub async fn list_settings(
     tag = "settings",
     summary = "Change a setting",
     security(("bearer" = [])),
-    params(("key" = String, Path, description = "Setting key, such as audit.retention_days")),
+    params(("key" = crate::schema::SettingKey, Path, description = "Setting key; another is a 404")),
     request_body(content = SettingWrite, example = json!({"value": "30"})),
     responses(
         (status = 200, description = "The setting with its new value", body = SettingDto),

@@ -56,7 +56,7 @@ pub async fn list_templates(
     tag = "notification-templates",
     summary = "Notification template detail",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    params(("code" = crate::schema::TemplateCode, Path, description = "Template code; another is a 404")),
     responses(
         (status = 200, description = "The template", body = TemplateDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -89,7 +89,7 @@ pub async fn get_template(
     tag = "notification-templates",
     summary = "Edit a notification template",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    params(("code" = crate::schema::TemplateCode, Path, description = "Template code; another is a 404")),
     request_body = TemplateWrite,
     responses(
         (status = 200, description = "The template, changed", body = TemplateDto),
