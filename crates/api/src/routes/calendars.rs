@@ -113,7 +113,7 @@ fn calendar_json(dto: &CalendarDto) -> Option<Value> {
     description = "The built-in `cn-workdays` (China's statutory holidays and make-up working days, read-only) and the user calendars, without their dates. Job editors read this list to pick a calendar.",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<CalendarSummaryDto>),
+        (status = 200, description = "Every calendar without its dates: the built-in ones, then user calendars by code", body = Vec<CalendarSummaryDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -151,7 +151,7 @@ pub async fn list_calendars(
     security(("bearer" = [])),
     params(("code" = String, Path, description = "Calendar code, such as cn-workdays")),
     responses(
-        (status = 200, body = CalendarDto),
+        (status = 200, description = "The calendar with every date, and for the built-in one the notices it is made of", body = CalendarDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -187,7 +187,7 @@ pub async fn get_calendar(
     security(("bearer" = [])),
     request_body = CalendarWrite,
     responses(
-        (status = 201, body = CalendarDto),
+        (status = 201, description = "The calendar, created (version 1)", body = CalendarDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -246,7 +246,7 @@ pub async fn create_calendar(
     params(("code" = String, Path, description = "Calendar code")),
     request_body = CalendarWrite,
     responses(
-        (status = 200, body = CalendarDto),
+        (status = 200, description = "The calendar as saved, with its new version", body = CalendarDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
