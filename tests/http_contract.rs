@@ -4,7 +4,8 @@
 //! body, query and path, integers bounded to what JSON numbers carry,
 //! `Accept-Language` quality 0, the Swagger UI working offline, and the
 //! API-side rules of issue 7 (control characters, long `sub`, the run-once
-//! queue bound).
+//! queue bound); calendars (issue 11) follow the same rules, and the probes
+//! answer a closed status with their reasons.
 
 mod common;
 
@@ -545,6 +546,163 @@ async fn control_characters_are_refused_in_names_remarks_and_labels() {
         assert_eq!(names, ["clean", "名字 · naïve ✓"], "{db:?}");
         let a = send(&server, "GET", "/api/job-groups", None, None).await;
         assert_eq!(a.json.as_array().map(Vec::len), Some(2), "{db:?}");
+    }
+}
+
+#[tokio::test]
+async fn calendars_follow_the_same_conventions() {
+    for db in [Db::Sqlite, Db::Postgres] {
+        let server = Server::start_with(db, &[]);
+        let a = send(
+            &server,
+            "POST",
+            "/api/calendars",
+            None,
+            Some(json!({"code": "acme", "name": "Acme", "dates": [{"date": "2026-12-24", "kind": "holiday"}]})),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::CREATED, "{db:?} {}", a.json);
+        // Control characters, in every text field, named in both languages.
+        let cases: Vec<(&str, &str, Value, Vec<&str>)> = vec![
+            (
+                "POST",
+                "/api/calendars",
+                json!({"code": "c1", "name": "a\u{0}b"}),
+                vec!["name"],
+            ),
+            (
+                "POST",
+                "/api/calendars",
+                json!({"code": "c1", "name": "n", "description": "line\nbreak"}),
+                vec!["description"],
+            ),
+            (
+                "POST",
+                "/api/calendars",
+                json!({"code": "c1", "name": "n", "dates": [{"date": "2026-01-02", "kind": "holiday", "name": "\u{7f}"}]}),
+                vec!["dates[0].name"],
+            ),
+            // Every bad field of an update at once, the version's included.
+            (
+                "PUT",
+                "/api/calendars/acme",
+                json!({"version": "1", "name": "\u{0}"}),
+                vec!["version", "name"],
+            ),
+            (
+                "PUT",
+                "/api/calendars/acme",
+                json!({"version": 9007199254740992_i64, "name": "n"}),
+                vec!["version"],
+            ),
+            (
+                "PUT",
+                "/api/calendars/acme",
+                json!({"name": "n"}),
+                vec!["version"],
+            ),
+            // The preview reads calendarRule as a closed set and names
+            // unknown fields.
+            (
+                "POST",
+                "/api/cron/preview",
+                json!({"cron": "0 0 9 * * *", "calendar": "cn-workdays", "calendarRule": "Workdays"}),
+                vec!["calendarRule"],
+            ),
+            (
+                "POST",
+                "/api/cron/preview",
+                json!({"cron": "0 0 9 * * *", "calendar": "cn-workdays", "calendarRule": 1}),
+                vec!["calendarRule"],
+            ),
+            (
+                "POST",
+                "/api/cron/preview",
+                json!({"cron": "0 0 9 * * *", "calendar": "a\u{0}b", "calendarRule": "workdays"}),
+                vec!["calendar"],
+            ),
+            (
+                "POST",
+                "/api/cron/preview",
+                json!({"cron": "0 0 9 * * *", "calendar": 5, "calendarRule": "workdays", "calendarRules": "x"}),
+                vec!["calendar", "calendarRules"],
+            ),
+        ];
+        for (method, path, body, fields) in cases {
+            for lang in [None, Some("en")] {
+                let a = send(&server, method, path, lang, Some(body.clone())).await;
+                assert_eq!(
+                    a.problem(StatusCode::BAD_REQUEST),
+                    fields,
+                    "{db:?} {method} {path} {body}"
+                );
+            }
+        }
+        let a = send(
+            &server,
+            "POST",
+            "/api/cron/preview",
+            Some("en"),
+            Some(json!({"cron": "0 0 9 * * *", "calendar": "cn-workdays", "calendarRule": "weekdays"})),
+        )
+        .await;
+        a.problem(StatusCode::BAD_REQUEST);
+        assert_eq!(
+            a.json["errors"][0]["message"],
+            "calendarRule must be one of: workdays, holidays, exclude"
+        );
+        // A whole number written as 1.0 is a version like 1.
+        let a = send(
+            &server,
+            "PUT",
+            "/api/calendars/acme",
+            None,
+            Some(json!({"version": 1.0, "name": "Acme 2"})),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK, "{db:?} {}", a.json);
+        assert_eq!(a.json["version"], 2);
+        // A path code no calendar can have names none (U+0000 included,
+        // which PostgreSQL would refuse in a comparison).
+        for method in ["GET", "PUT", "DELETE"] {
+            for path in [
+                "/api/calendars/a%00b",
+                "/api/calendars/Upper",
+                "/api/calendars/nope",
+            ] {
+                let body = (method == "PUT").then(|| json!({"version": 1, "name": "n"}));
+                let a = send(&server, method, path, None, body).await;
+                a.problem(StatusCode::NOT_FOUND);
+            }
+        }
+        // Nothing above was stored.
+        let a = send(&server, "GET", "/api/calendars", None, None).await;
+        let codes: Vec<&str> = a
+            .json
+            .as_array()
+            .expect("list")
+            .iter()
+            .filter_map(|c| c["code"].as_str())
+            .collect();
+        assert_eq!(codes, ["cn-workdays", "acme"], "{db:?}");
+    }
+}
+
+#[tokio::test]
+async fn probes_say_a_closed_status_and_their_reasons() {
+    let server = Server::start_with(Db::Sqlite, &[]);
+    server.wait_ready();
+    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let a = Answer::of(
+            client()
+                .get(server.url(path))
+                .send()
+                .await
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK, "{path}");
+        assert_eq!(a.json, json!({"status": status, "reasons": []}), "{path}");
     }
 }
 

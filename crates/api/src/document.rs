@@ -1,5 +1,5 @@
 //! Completes the generated OpenAPI document with what every operation
-//! shares, in one place rather than on 34 handlers: the error responses of
+//! shares, in one place rather than on every handler: the error responses of
 //! the extractors and of `routing` (400, 413, 414, 415), a description on
 //! every response (the specification requires one), and the `links` that
 //! let a client or a stateful tester go from what one answer returns to
@@ -11,7 +11,7 @@ use utoipa::openapi::Required;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::response::{Response, ResponseBuilder};
-use utoipa::openapi::schema::{AdditionalProperties, Schema};
+use utoipa::openapi::schema::{AdditionalProperties, Schema, SchemaType, Type};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr};
 
 use crate::error::MAX_BODY_BYTES;
@@ -225,6 +225,34 @@ const LINKS: &[LinkSpec] = &[
         &[("code", "$response.body#/0/code")],
     ),
     (
+        "create_calendar",
+        "201",
+        "GetCalendar",
+        "get_calendar",
+        &[("code", "$response.body#/code")],
+    ),
+    (
+        "create_calendar",
+        "201",
+        "UpdateCalendar",
+        "update_calendar",
+        &[("code", "$response.body#/code")],
+    ),
+    (
+        "create_calendar",
+        "201",
+        "DeleteCalendar",
+        "delete_calendar",
+        &[("code", "$response.body#/code")],
+    ),
+    (
+        "list_calendars",
+        "200",
+        "GetFirstCalendar",
+        "get_calendar",
+        &[("code", "$response.body#/0/code")],
+    ),
+    (
         "list_settings",
         "200",
         "UpdateFirstSetting",
@@ -300,16 +328,44 @@ fn request_body_schemas(doc: &mut OpenApi) -> Vec<String> {
     names
 }
 
+/// The component a property refers to, directly or as the items of an
+/// array (such as a calendar's `dates`).
+fn referenced_component(property: &RefOr<Schema>) -> Option<String> {
+    let reference = match property {
+        RefOr::Ref(r) => r,
+        RefOr::T(Schema::Array(array)) => match &array.items {
+            utoipa::openapi::schema::ArrayItems::RefOrSchema(items) => match items.as_ref() {
+                RefOr::Ref(r) => r,
+                _ => return None,
+            },
+            _ => return None,
+        },
+        _ => return None,
+    };
+    reference
+        .ref_location
+        .strip_prefix("#/components/schemas/")
+        .map(str::to_string)
+}
+
 /// Every request body refuses fields it does not list (a typo such as
-/// `retry_count` is a 400, not silently ignored): say so.
+/// `retry_count` is a 400, not silently ignored), and so do the objects
+/// nested in it: say so.
 fn close_request_bodies(doc: &mut OpenApi) {
-    let names = request_body_schemas(doc);
+    let mut pending = request_body_schemas(doc);
     let Some(components) = doc.components.as_mut() else {
         return;
     };
-    for name in names {
-        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(&name) {
+    let mut closed = std::collections::BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if !closed.insert(name.clone()) {
+            continue;
+        }
+        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(&name)
+            && object.schema_type == SchemaType::Type(Type::Object)
+        {
             object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+            pending.extend(object.properties.values().filter_map(referenced_component));
         }
     }
 }
