@@ -40,6 +40,9 @@ pub struct Config {
     pub misfire_threshold: std::time::Duration,
     /// `QIWU_MAX_IN_FLIGHT`: most fires running in one process at once.
     pub max_in_flight: usize,
+    /// `QIWU_MAX_PENDING_RUN_ONCE`: most queued "run once" fires per job;
+    /// more are refused with 429.
+    pub max_pending_run_once: u64,
 }
 
 /// A whole number in `min..=max` from `name`, or `default` when unset.
@@ -52,6 +55,11 @@ fn ranged(name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
         },
     }
 }
+
+/// Default of `QIWU_MAX_PENDING_RUN_ONCE`.
+pub const DEFAULT_MAX_PENDING_RUN_ONCE: u64 = 100;
+/// Largest `QIWU_MAX_PENDING_RUN_ONCE`: each queued fire becomes a task.
+const MAX_MAX_PENDING_RUN_ONCE: u64 = 100_000;
 
 fn var(name: &str) -> anyhow::Result<Option<String>> {
     match std::env::var(name) {
@@ -145,6 +153,12 @@ impl Config {
         )?);
         let max_in_flight = usize::try_from(ranged("QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
             .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
+        let max_pending_run_once = ranged(
+            "QIWU_MAX_PENDING_RUN_ONCE",
+            1,
+            MAX_MAX_PENDING_RUN_ONCE,
+            DEFAULT_MAX_PENDING_RUN_ONCE,
+        )?;
         Ok(Config {
             listen,
             database_url,
@@ -159,6 +173,7 @@ impl Config {
             config_file,
             misfire_threshold,
             max_in_flight,
+            max_pending_run_once,
         })
     }
 

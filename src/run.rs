@@ -273,6 +273,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             local: engine.as_ref().map(|(_, handle)| handle.clone()),
             redis: coord.clone(),
         }),
+        max_pending_run_once: config.max_pending_run_once,
     });
     let server = actix_web::HttpServer::new(move || {
         let app = actix_web::App::new()

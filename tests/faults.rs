@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, Postgres, Redis};
+use common::cluster::{Cluster, MariaDb, Postgres, Redis};
 use common::{
     Db, Server, admin_token, assert_every_second_recorded, client, records, wait_until_recorded,
 };
@@ -425,5 +425,41 @@ async fn odd_characters_in_output_are_stored_on_every_database() {
         .await;
         assert_eq!(runs[0].status, "success", "{db:?}: {runs:#?}");
         assert_eq!(runs[0].output, "a\u{FFFD}b \u{1F600} \u{7}", "{db:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_then_frozen_mariadb_leaves_one_record_per_fire_time() {
+    let mut db = MariaDb::start();
+    let url = db.database("qiwu");
+    let mut cluster = Cluster::start_on(url, Redis::start(), 2);
+    let mut jobs = Vec::new();
+    for i in 0..10 {
+        jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let from = now_ms();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    db.stop();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    db.resume();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    db.freeze();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    db.thaw();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let to = now_ms() - 2000;
+    let store = cluster.store().await;
+    let backlog = wait_until_recorded(&store, &jobs, from, to, Duration::from_secs(60)).await;
+    println!(
+        "mariadb outage: recorded {:.1} s after the check began",
+        backlog.as_secs_f64()
+    );
+    until_nothing_running(&store, Duration::from_secs(20)).await;
+    for (id, worker) in cluster.workers.iter_mut() {
+        assert_alive(worker, id);
+    }
+    for worker in cluster.workers.values() {
+        until_ready(worker, Duration::from_secs(20)).await;
     }
 }

@@ -257,6 +257,126 @@ impl Drop for Postgres {
     }
 }
 
+/// A MariaDB server of the test's own (a private `mariadbd` on a free
+/// port, data in a temporary directory), which it may stop, restart and
+/// freeze.
+pub struct MariaDb {
+    dir: TempDir,
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl MariaDb {
+    pub fn start() -> MariaDb {
+        let dir = TempDir::new("mariadb");
+        let status = Command::new("chown")
+            .args(["mysql:mysql", &dir.path().display().to_string()])
+            .status()
+            .expect("chown");
+        assert!(status.success(), "cannot hand the data directory to mysql");
+        let data = dir.path().join("data").display().to_string();
+        let out = Command::new("mariadb-install-db")
+            .args([
+                "--no-defaults",
+                &format!("--datadir={data}"),
+                "--user=mysql",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .output()
+            .expect("mariadb-install-db must be installed");
+        assert!(
+            out.status.success(),
+            "mariadb-install-db failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let mut db = MariaDb {
+            dir,
+            port: free_port(),
+            child: None,
+        };
+        db.resume();
+        db
+    }
+
+    /// Starts the (stopped) server again.
+    pub fn resume(&mut self) {
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
+        let child = Command::new("mariadbd")
+            .args([
+                "--no-defaults",
+                &format!("--datadir={}", path("data")),
+                &format!("--port={}", self.port),
+                "--bind-address=127.0.0.1",
+                &format!("--socket={}", path("sock")),
+                "--user=mysql",
+                &format!("--log-error={}", path("err")),
+                "--skip-log-bin",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mariadbd must be installed");
+        self.child = Some(child);
+        wait_for_port(self.port, "MariaDB");
+    }
+
+    /// Stops the server (SIGTERM: a clean shutdown).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .output();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .output();
+        }
+    }
+
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Creates a database and returns its URL.
+    pub fn database(&self, name: &str) -> String {
+        let status = Command::new("mariadb")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-P",
+                &self.port.to_string(),
+                "-u",
+                "root",
+                "-e",
+                &format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"),
+            ])
+            .status()
+            .expect("mariadb client");
+        assert!(status.success(), "cannot create database {name}");
+        format!("mysql://root@127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.thaw();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The environment of one cluster process.
 pub fn cluster_env(url: &str, redis: &str, instance: &str) -> Vec<(&'static str, String)> {
     vec![

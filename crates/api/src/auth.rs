@@ -146,6 +146,9 @@ impl JwtKeys {
     }
 }
 
+/// Longest `sub` a token may carry, as wide as the columns that keep it.
+pub const MAX_SUB_CHARS: usize = 128;
+
 /// The signed-in caller of a request.
 #[derive(Debug, Clone)]
 pub struct Principal {
@@ -244,6 +247,28 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
             _ => unauthenticated(lang, "令牌无效", "The token is not valid"),
         }
     })?;
+    // `sub` is written as `createdBy`, `updatedBy` and the audit actor,
+    // columns of 128 characters: refuse a longer one here rather than
+    // shorten it (two users would then share a name) or fail later.
+    if claims.sub.chars().any(char::is_control) {
+        return Err(unauthenticated(
+            lang,
+            "令牌的 sub 含有控制字符：请让签发方使用可打印的用户标识",
+            "The token's sub holds control characters: ask its issuer for a printable user id",
+        ));
+    }
+    let sub_chars = claims.sub.chars().count();
+    if sub_chars > MAX_SUB_CHARS {
+        return Err(unauthenticated(
+            lang,
+            &format!(
+                "令牌的 sub 最多 {MAX_SUB_CHARS} 个字符，这个有 {sub_chars} 个：请让签发方缩短用户标识"
+            ),
+            &format!(
+                "The token's sub may have at most {MAX_SUB_CHARS} characters, this one has {sub_chars}: ask its issuer for a shorter user id"
+            ),
+        ));
+    }
     Ok(Principal {
         perms: known_perms(&claims.perms),
         sub: claims.sub,

@@ -7,11 +7,11 @@ use qiwu_domain::calendar::builtin::{self, Notice};
 use qiwu_domain::calendar::{Calendar, DayKind};
 use qiwu_domain::schedule::{CalendarEffect, DayEffect};
 use qiwu_storage::{CalendarRecord, CalendarSummary};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
 /// What a listed date is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DayKindDto {
     /// A day off, even on a weekday.
@@ -260,42 +260,90 @@ impl CalendarDto {
     }
 }
 
+/// A calendar code in a path or a body: 1–64 lower-case letters, digits,
+/// `_` or `-`.
+pub const CODE_PATTERN: &str = r"^[a-z0-9_-]{1,64}$";
+
 /// One date of a calendar being written.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // the handlers read the body as JSON to name every bad field
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // documents the body; the handlers read it as JSON to name every bad field
 pub struct CalendarDateWrite {
-    /// `YYYY-MM-DD`, 1970–2200; each date at most once.
+    /// `YYYY-MM-DD`, in 1970–2200; each date at most once, and inside
+    /// `firstYear`–`lastYear` when those are given.
+    #[schema(
+        value_type = String,
+        format = Date,
+        pattern = r"^\s*(19[7-9][0-9]|2[01][0-9]{2}|2200)-[0-9]{2}-[0-9]{2}\s*$"
+    )]
     pub date: String,
     pub kind: DayKindDto,
-    /// Up to 64 characters.
+    /// What the date is, such as 春节; up to 64 characters, no control
+    /// characters. Null: empty.
+    #[schema(nullable, max_length = 64, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub name: Option<String>,
 }
 
-/// A user calendar as `POST` creates it and `PUT` replaces it (every field
-/// but the code; absent optional fields become empty).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // the handlers read the body as JSON to name every bad field
-pub struct CalendarWrite {
-    /// `POST` only: 1–64 lower-case letters, digits, `_` or `-`, not a
-    /// built-in calendar's code. `PUT` takes the code from the path.
-    pub code: Option<String>,
-    /// 1–64 characters.
+/// A new user calendar. Absent or null optional fields are empty.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // documents the body; the handlers read it as JSON to name every bad field
+pub struct CalendarCreate {
+    /// 1–64 lower-case letters, digits, `_` or `-` (surrounding blanks are
+    /// trimmed), not a built-in calendar's code (`cn-workdays`).
+    #[schema(pattern = r"^\s*[a-z0-9_-]{1,64}\s*$")]
+    pub code: String,
+    /// 1–64 characters, no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
     pub name: String,
-    /// Up to 500 characters.
+    /// Up to 500 characters, no control characters (line breaks included).
+    #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub description: Option<String>,
-    /// The years the calendar has data for; give both or neither. Without
-    /// them, the years of the first and last date. Every date must lie
-    /// inside. Outside its years a calendar knows nothing and the plain
-    /// week applies (jobs get a notice).
+    /// The first year the calendar has data for; give both years or
+    /// neither. Without them, the years of the first and last date. Outside
+    /// its years a calendar knows nothing and the plain week applies (a
+    /// preview says so in `notice`).
+    #[schema(nullable, minimum = 1970, maximum = 2200)]
     pub first_year: Option<i32>,
+    /// The last year the calendar has data for, not before `firstYear`.
+    #[schema(nullable, minimum = 1970, maximum = 2200)]
+    pub last_year: Option<i32>,
+    /// Up to 2 000 dates: the exceptions to the plain week (Monday–Friday
+    /// working).
+    #[schema(nullable, max_items = 2000)]
+    pub dates: Option<Vec<CalendarDateWrite>>,
+}
+
+/// A user calendar replaced as a whole: every field of a creation but the
+/// code (taken from the path), plus the `version` the edit is based on.
+/// Absent or null optional fields become empty.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // documents the body; the handlers read it as JSON to name every bad field
+pub struct CalendarUpdate {
+    /// The `version` read before editing (409 when someone saved since).
+    #[schema(minimum = 1, maximum = 9007199254740991_i64)]
+    pub version: i64,
+    /// 1–64 characters, no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
+    pub name: String,
+    /// Up to 500 characters, no control characters (line breaks included).
+    #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
+    pub description: Option<String>,
+    /// As for a creation.
+    #[schema(nullable, minimum = 1970, maximum = 2200)]
+    pub first_year: Option<i32>,
+    #[schema(nullable, minimum = 1970, maximum = 2200)]
     pub last_year: Option<i32>,
     /// Up to 2 000 dates.
+    #[schema(nullable, max_items = 2000)]
     pub dates: Option<Vec<CalendarDateWrite>>,
-    /// `PUT` only, required: the version the edit is based on (409 when
-    /// someone else saved meanwhile).
-    pub version: Option<i64>,
 }
 
 /// What the calendar did in the previewed range, compared with the same

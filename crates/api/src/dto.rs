@@ -2,11 +2,47 @@
 
 use chrono::{DateTime, FixedOffset, Utc};
 use chrono_tz::Tz;
+use qiwu_domain::calendar::CalendarRule;
 use qiwu_domain::{HandlerDescriptor, Lang, builtin};
 use qiwu_storage::{AuditRecord, GroupRecord, JobRecord, RunRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
+
+use crate::body::Fields;
+use crate::error::ApiError;
+use crate::query::MAX_SAFE_INTEGER;
+use crate::schema;
+
+/// A run's status: `running` until its attempt ends.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Success,
+    Failed,
+    Skipped,
+    Timeout,
+}
+
+/// What started a fire: its schedule, a person or service ("run once"),
+/// or the catch-up of a missed time.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum RunTrigger {
+    Schedule,
+    Manual,
+    Misfire,
+}
+
+/// What to do with fire times missed while no instance ran: `skip`
+/// records one skipped run, `run_once` runs once now.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum MisfirePolicy {
+    Skip,
+    RunOnce,
+}
 
 /// A registered handler.
 #[derive(Debug, Serialize, ToSchema)]
@@ -17,10 +53,10 @@ pub struct HandlerDto {
     pub title: String,
     pub description: String,
     /// The params JSON Schema.
-    #[schema(value_type = Object)]
+    #[schema(schema_with = schema::free_form_object)]
     pub params_schema: Value,
     /// The params a new job starts with.
-    #[schema(value_type = Object)]
+    #[schema(schema_with = schema::free_form_object)]
     pub default_params: Value,
 }
 
@@ -61,15 +97,42 @@ impl GroupDto {
 }
 
 /// A new job group.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct GroupCreate {
-    /// Lower-case letters, digits, `_` and `-`; 1–64 characters.
+    /// Lower-case letters, digits, `_` and `-`; 1–64 characters
+    /// (surrounding blanks are trimmed).
+    #[schema(pattern = r"^\s*[a-z0-9_-]{1,64}\s*$")]
     pub code: String,
+    /// 1–64 characters, no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
     pub label_zh: String,
-    /// Defaults to the Chinese label.
-    #[serde(default)]
+    /// 1–64 characters, no control characters; absent or null: the
+    /// Chinese label.
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
     pub label_en: Option<String>,
+}
+
+impl GroupCreate {
+    /// Reads a create body, each bad field named.
+    pub fn read(lang: Lang, body: Value) -> Result<GroupCreate, ApiError> {
+        let mut f = Fields::new(lang, body, &["code", "labelZh", "labelEn"])?;
+        let code = f.string("code", true);
+        let label_zh = f.string("labelZh", true);
+        let label_en = f.string("labelEn", false);
+        f.finish()?;
+        Ok(GroupCreate {
+            code: code.unwrap_or_default(),
+            label_zh: label_zh.unwrap_or_default(),
+            label_en,
+        })
+    }
 }
 
 /// A job as stored.
@@ -81,7 +144,8 @@ pub struct JobDto {
     pub name: String,
     pub group: String,
     pub handler: String,
-    #[schema(value_type = Object)]
+    /// The saved params, with the handler schema's defaults filled in.
+    #[schema(schema_with = schema::free_form_object)]
     pub params: Value,
     pub cron: String,
     /// IANA zone, or null for the service's `QIWU_TIMEZONE`.
@@ -91,7 +155,7 @@ pub struct JobDto {
     pub retry_interval_ms: i64,
     pub timeout_ms: i64,
     pub allow_concurrent: bool,
-    /// `skip` or `run_once`.
+    #[schema(value_type = MisfirePolicy)]
     pub misfire_policy: String,
     pub remark: String,
     /// Bumped by every change; send it back with updates.
@@ -142,9 +206,34 @@ pub struct JobDetailDto {
     pub next_fire_times: Vec<DateTime<FixedOffset>>,
     /// Set when the job is disabled.
     pub notice: Option<String>,
-    /// The 10 latest runs; present only with `scheduler.run.browse`.
+    /// The 10 latest runs, with their errors; present only with
+    /// `scheduler.run.browse`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub recent_runs: Option<Vec<RunSummaryDto>>,
+    pub recent_runs: Option<Vec<RecentRunDto>>,
+}
+
+/// One of a job's latest runs, as its detail shows it: when it started,
+/// how it ended, which attempt, how long, and why it failed.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentRunDto {
+    #[serde(flatten)]
+    pub run: RunSummaryDto,
+    /// Why the attempt failed (at most 4 000 characters); empty on success.
+    pub error: String,
+}
+
+impl RecentRunDto {
+    pub fn new(mut r: RunRecord) -> RecentRunDto {
+        let error = std::mem::take(&mut r.error);
+        // The output can be 16 000 characters: the detail leaves it to
+        // the run's own page.
+        r.output = String::new();
+        RecentRunDto {
+            run: RunSummaryDto::new(r),
+            error,
+        }
+    }
 }
 
 /// One row of the run log.
@@ -156,11 +245,12 @@ pub struct RunSummaryDto {
     pub job_id: i64,
     pub job_name: String,
     pub handler: String,
-    /// `schedule`, `manual` or `misfire`.
+    #[schema(value_type = RunTrigger)]
     pub trigger: String,
     pub scheduled_at: DateTime<Utc>,
+    /// 1 for the first attempt of a fire, 2, 3… for its retries.
     pub attempt: i32,
-    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    #[schema(value_type = RunStatus)]
     pub status: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -236,13 +326,13 @@ pub struct RunPage {
 #[into_params(parameter_in = Query, rename_all = "camelCase")]
 pub struct RunQuery {
     /// Exact job id.
-    #[param(value_type = Option<i64>)]
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 9007199254740991_i64)]
     pub job_id: Option<String>,
     /// Part of the job name, case-insensitive.
     pub job_name: Option<String>,
     /// Exact, full handler name.
     pub handler: Option<String>,
-    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -251,9 +341,10 @@ pub struct RunQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     pub started_to: Option<String>,
     /// 1–100, default 20.
-    #[param(value_type = Option<u32>)]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     pub limit: Option<String>,
-    /// The `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page; empty for the first page.
+    #[param(pattern = "^([0-9a-f]{32})?$")]
     pub cursor: Option<String>,
 }
 
@@ -263,13 +354,13 @@ pub struct RunQuery {
 #[into_params(parameter_in = Query, rename_all = "camelCase")]
 pub struct RunExportQuery {
     /// Exact job id.
-    #[param(value_type = Option<i64>)]
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 9007199254740991_i64)]
     pub job_id: Option<String>,
     /// Part of the job name, case-insensitive.
     pub job_name: Option<String>,
     /// Exact, full handler name.
     pub handler: Option<String>,
-    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
@@ -290,15 +381,28 @@ pub struct JobExportQuery {
     pub group: Option<String>,
     /// Exact handler name.
     pub handler: Option<String>,
-    /// `true` or `false`.
+    /// Only enabled (`true`) or disabled (`false`) jobs.
     #[param(value_type = Option<bool>)]
     pub enabled: Option<String>,
 }
 
-/// An .xlsx workbook.
-#[derive(ToSchema)]
-#[schema(value_type = String, format = Binary)]
+/// An .xlsx workbook: bytes, not JSON.
 pub struct XlsxFile(pub Vec<u8>);
+
+impl utoipa::PartialSchema for XlsxFile {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        use utoipa::openapi::{KnownFormat, SchemaFormat};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .content_media_type(crate::export::XLSX_CONTENT_TYPE)
+            .description(Some("An Excel workbook (.xlsx): bytes, not JSON"))
+            .into()
+    }
+}
+
+impl ToSchema for XlsxFile {}
 
 /// One audit log entry.
 #[derive(Debug, Serialize, ToSchema)]
@@ -308,24 +412,22 @@ pub struct AuditDto {
     pub at: DateTime<Utc>,
     /// The `sub` of the caller who did it.
     pub actor: String,
-    /// `job.create`, `job.modify`, `job.enable`, `job.disable`, `job.delete`,
-    /// `job.export`, `job.run`, `run.delete`, `run.clear`, `run.export`,
-    /// `setting.modify`, `template.modify`, `apikey.create`, `apikey.revoke`,
-    /// `calendar.create`, `calendar.modify`, `calendar.delete`.
+    /// Such as `job.create`, `setting.modify`, `apikey.revoke` or
+    /// `calendar.create`.
+    #[schema(value_type = schema::AuditAction)]
     pub action: String,
     /// The action in the request's language.
     pub action_label: String,
-    /// `job`, `run`, `setting`, `notification_template`, `apikey` or
-    /// `calendar`.
+    #[schema(value_type = schema::AuditTarget)]
     pub target_type: String,
     /// Null for actions on many objects (export, clear, batch delete of runs).
     pub target_id: Option<String>,
     pub summary: String,
     /// The object before the change (a job as in `JobDto`), if any.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = schema::nullable_free_form_object)]
     pub before: Option<Value>,
     /// The object after the change, or what an export or batch covered.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = schema::nullable_free_form_object)]
     pub after: Option<Value>,
 }
 
@@ -365,8 +467,10 @@ pub struct AuditQuery {
     /// Exact `sub` of the actor.
     pub actor: Option<String>,
     /// An action code, such as `job.modify`.
+    #[param(value_type = Option<schema::AuditAction>)]
     pub action: Option<String>,
-    /// `job`, `run` or `apikey`.
+    /// What the action was done to.
+    #[param(value_type = Option<schema::AuditTarget>)]
     pub target_type: Option<String>,
     /// Exact target id.
     pub target_id: Option<String>,
@@ -377,46 +481,120 @@ pub struct AuditQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     /// 1–100, default 20.
-    #[param(value_type = Option<u32>)]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     pub limit: Option<String>,
-    /// The `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page; empty for the first page.
+    #[param(pattern = "^([0-9a-f]{32})?$")]
     pub cursor: Option<String>,
 }
 
-/// Fields of a job a client writes. On create, absent fields take their
-/// defaults; on update, absent fields keep their current values.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)]
-pub struct JobWrite {
-    /// Unique, 1–64 characters. Required on create.
-    pub name: Option<String>,
-    /// A job-group code; default `default`.
-    pub group: Option<String>,
-    /// A registered handler name. Required on create.
-    pub handler: Option<String>,
-    /// A JSON object (or a string holding one), at most 4000 characters;
-    /// empty means `{}`; schema defaults are filled in.
-    #[schema(value_type = Object)]
+/// A new job. Absent fields take their defaults; read-only fields a
+/// client echoes back (`id`, `version`, `createdAt`…) are ignored, and any
+/// other unknown field is a 400.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct JobCreate {
+    /// Unique, 1–64 characters after trimming; no control characters.
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
+    pub name: String,
+    /// A job-group code (`GET /api/job-groups`); default `default`.
+    #[schema(required = false, max_length = 64)]
+    pub group: String,
+    /// A registered handler name (`GET /api/handlers`).
+    #[schema(max_length = 128)]
+    pub handler: String,
+    #[schema(schema_with = schema::params_input, required = false)]
     pub params: Option<Value>,
-    /// 5 or 6 fields; default `0 0 0 * * *`.
-    pub cron: Option<String>,
-    /// IANA zone or null.
+    /// 6 fields (`sec min hour dom month dow`) or 5 (`min hour dom month
+    /// dow`): digits and `* , - /` only; default `0 0 0 * * *`. Check one
+    /// with `POST /api/cron/preview`.
+    #[schema(
+        required = false,
+        max_length = 255,
+        pattern = r"^\s*[0-9*,/-]+(\s+[0-9*,/-]+){4,5}\s*$"
+    )]
+    pub cron: String,
+    /// IANA zone such as `Asia/Shanghai`; null or blank: `QIWU_TIMEZONE`.
+    #[schema(nullable)]
     pub timezone: Option<String>,
-    pub enabled: Option<bool>,
-    /// 0–10, default 0.
-    pub retry_count: Option<i32>,
-    /// 0–3 600 000, default 1000.
-    pub retry_interval_ms: Option<i64>,
-    /// 0–86 400 000 (0 = no limit), default 60000.
-    pub timeout_ms: Option<i64>,
-    pub allow_concurrent: Option<bool>,
-    /// `skip` (default) or `run_once`.
-    pub misfire_policy: Option<String>,
-    /// At most 500 characters.
+    /// Default true.
+    #[schema(required = false)]
+    pub enabled: bool,
+    /// Default 0.
+    #[schema(required = false, minimum = 0, maximum = 10)]
+    pub retry_count: i32,
+    /// Default 1000.
+    #[schema(required = false, minimum = 0, maximum = 3600000)]
+    pub retry_interval_ms: i64,
+    /// 0 = no limit; default 60000.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub timeout_ms: i64,
+    /// Default false.
+    #[schema(required = false)]
+    pub allow_concurrent: bool,
+    /// Default `skip`.
+    #[schema(value_type = MisfirePolicy, required = false)]
+    pub misfire_policy: String,
+    /// At most 500 characters; no control characters (line breaks
+    /// included).
+    #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
-    /// Required on update: the version the edit is based on.
-    pub version: Option<i64>,
+}
+
+/// Changes to a job. `version` is the one the edit is based on (a stale
+/// one gets 409); every other field is optional and keeps its current
+/// value when absent, then the merged job is checked as a whole.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct JobUpdate {
+    /// The `version` read before editing.
+    #[schema(minimum = 1, maximum = 9007199254740991_i64)]
+    pub version: i64,
+    /// Unique, 1–64 characters after trimming; no control characters.
+    #[schema(
+        required = false,
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$"
+    )]
+    pub name: String,
+    /// A job-group code (`GET /api/job-groups`).
+    #[schema(required = false, max_length = 64)]
+    pub group: String,
+    /// A registered handler name (`GET /api/handlers`).
+    #[schema(required = false, max_length = 128)]
+    pub handler: String,
+    #[schema(schema_with = schema::params_input, required = false)]
+    pub params: Option<Value>,
+    /// 6 or 5 fields: digits and `* , - /` only.
+    #[schema(
+        required = false,
+        max_length = 255,
+        pattern = r"^\s*[0-9*,/-]+(\s+[0-9*,/-]+){4,5}\s*$"
+    )]
+    pub cron: String,
+    /// IANA zone such as `Asia/Shanghai`; null or blank: `QIWU_TIMEZONE`.
+    #[schema(nullable)]
+    pub timezone: Option<String>,
+    #[schema(required = false)]
+    pub enabled: bool,
+    #[schema(required = false, minimum = 0, maximum = 10)]
+    pub retry_count: i32,
+    #[schema(required = false, minimum = 0, maximum = 3600000)]
+    pub retry_interval_ms: i64,
+    /// 0 = no limit.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub timeout_ms: i64,
+    #[schema(required = false)]
+    pub allow_concurrent: bool,
+    #[schema(value_type = MisfirePolicy, required = false)]
+    pub misfire_policy: String,
+    /// At most 500 characters; no control characters (line breaks
+    /// included).
+    #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
+    pub remark: Option<String>,
 }
 
 /// A page of jobs.
@@ -424,12 +602,14 @@ pub struct JobWrite {
 #[serde(rename_all = "camelCase")]
 pub struct JobPage {
     pub items: Vec<JobDto>,
+    /// Jobs matching the filters, on every page.
     pub total: u64,
     pub page: u64,
     pub page_size: u64,
 }
 
-/// Filters and paging of the job list.
+/// Filters and paging of the job list. Values are read as text so that a
+/// bad one is answered with the name of its parameter.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query, rename_all = "camelCase")]
@@ -440,27 +620,46 @@ pub struct JobQuery {
     pub group: Option<String>,
     /// Exact handler name.
     pub handler: Option<String>,
-    pub enabled: Option<bool>,
+    /// Only enabled (`true`) or disabled (`false`) jobs.
+    #[param(value_type = Option<bool>)]
+    pub enabled: Option<String>,
     /// 1-based, default 1.
-    pub page: Option<u64>,
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 9007199254740991_i64)]
+    pub page: Option<String>,
     /// 1–100, default 20.
-    pub page_size: Option<u64>,
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub page_size: Option<String>,
 }
 
 /// Enable or disable a job.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct EnabledWrite {
     pub enabled: bool,
     /// When given, a stale version gets 409.
+    #[schema(nullable, minimum = 1, maximum = 9007199254740991_i64)]
     pub version: Option<i64>,
 }
 
+impl EnabledWrite {
+    /// Reads the body, each bad field named.
+    pub fn read(lang: Lang, body: Value) -> Result<EnabledWrite, ApiError> {
+        let mut f = Fields::new(lang, body, &["enabled", "version"])?;
+        let enabled = f.boolean("enabled", true);
+        let version = f.integer("version", 1, MAX_SAFE_INTEGER, false);
+        f.finish()?;
+        Ok(EnabledWrite {
+            enabled: enabled.unwrap_or_default(),
+            version,
+        })
+    }
+}
+
 /// Ids of jobs or runs to delete.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct IdList {
-    /// 1–1000 ids.
+    #[schema(schema_with = schema::id_list)]
     pub ids: Vec<i64>,
 }
 
@@ -468,40 +667,91 @@ impl IdList {
     /// Most ids one batch request may carry.
     pub const MAX: usize = 1000;
 
-    /// The ids, or a 400 naming `ids` when there are none or too many.
-    pub fn checked(self, lang: qiwu_domain::Lang) -> Result<Vec<i64>, crate::error::ApiError> {
-        if self.ids.is_empty() || self.ids.len() > IdList::MAX {
-            return Err(crate::error::ApiError::field(
-                lang,
-                "ids",
-                format!("ids 需要 1–{} 个", IdList::MAX),
-                format!("ids must hold 1–{} ids", IdList::MAX),
-            ));
-        }
-        Ok(self.ids)
+    /// The ids of a batch body, or a 400 naming `ids` (or the bad item).
+    pub fn read(lang: Lang, body: Value) -> Result<Vec<i64>, ApiError> {
+        let mut f = Fields::new(lang, body, &["ids"])?;
+        let ids = f.ids("ids", IdList::MAX);
+        f.finish()?;
+        Ok(ids)
     }
 }
 
 /// A cron expression to explain.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct CronPreviewRequest {
+    /// The expression; an invalid one is answered with `valid: false` and
+    /// the reason, not a 400.
     pub cron: String,
-    /// IANA zone; default `QIWU_TIMEZONE`.
+    /// IANA zone; null or blank: `QIWU_TIMEZONE`.
+    #[schema(nullable)]
     pub timezone: Option<String>,
-    /// Times are strictly after this instant; default now.
+    /// Times are strictly after this instant (RFC 3339 with an offset, on
+    /// a date that exists); default now.
+    #[schema(nullable)]
     pub from: Option<DateTime<FixedOffset>>,
-    /// 1–50, default 5.
+    /// How many fire times to list, 1–50; default 5.
+    #[schema(nullable, minimum = 1, maximum = 50)]
     pub count: Option<u32>,
-    /// A calendar code (`cn-workdays` or a user calendar's); needs
-    /// `calendarRule`. The cron gives the times of day, the calendar the
-    /// days (the date in `timezone`).
+    /// A calendar code (`cn-workdays` or a user calendar's, see `GET
+    /// /api/calendars`); needs `calendarRule`. The cron gives the times of
+    /// day, the calendar the days (the date in `timezone`). Null or blank:
+    /// no calendar. A code no calendar has is a 400 naming `calendar`.
+    #[schema(nullable, max_length = 64)]
     pub calendar: Option<String>,
-    /// `workdays` (Monday–Friday that are not holidays, plus make-up working
-    /// days), `holidays` (days off: weekends not made working, plus
-    /// holidays) or `exclude` (the cron's days without the calendar's
-    /// holidays). `workdays` and `holidays` need `*` in the day-of-week field.
-    pub calendar_rule: Option<String>,
+    /// How the calendar decides the days; needs `calendar`. Null: no
+    /// calendar.
+    #[schema(value_type = Option<CalendarRuleCode>)]
+    pub calendar_rule: Option<CalendarRule>,
+}
+
+/// How a calendar decides a job's days: `workdays` (Monday–Friday that are
+/// not holidays, plus make-up working days), `holidays` (days off: weekends
+/// not made working, plus holidays) or `exclude` (the cron's days without
+/// the calendar's holidays). `workdays` and `holidays` need `*` in the
+/// cron's day-of-week field.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum CalendarRuleCode {
+    Workdays,
+    Holidays,
+    Exclude,
+}
+
+/// Most fire times one preview lists.
+pub const MAX_PREVIEW: i64 = 50;
+
+impl CronPreviewRequest {
+    /// Reads the body, each bad field named.
+    pub fn read(lang: Lang, body: Value) -> Result<CronPreviewRequest, ApiError> {
+        let mut f = Fields::new(
+            lang,
+            body,
+            &[
+                "cron",
+                "timezone",
+                "from",
+                "count",
+                "calendar",
+                "calendarRule",
+            ],
+        )?;
+        let cron = f.string("cron", true);
+        let timezone = f.string("timezone", false);
+        let from = f.instant("from");
+        let count = f.integer("count", 1, MAX_PREVIEW, false);
+        let calendar = f.string("calendar", false);
+        let calendar_rule = f.one_of("calendarRule", CalendarRule::ALL, CalendarRule::as_str);
+        f.finish()?;
+        Ok(CronPreviewRequest {
+            cron: cron.unwrap_or_default(),
+            timezone,
+            from,
+            count: count.map(|c| c as u32),
+            calendar,
+            calendar_rule,
+        })
+    }
 }
 
 /// What an expression means and when it fires.
@@ -525,7 +775,20 @@ pub struct CronPreviewResponse {
 /// Health of the process.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
+    #[schema(value_type = schema::HealthStatus)]
     pub status: String,
+    /// Why the process is not ready, in words (such as `database
+    /// unreachable`); empty when it is.
+    pub reasons: Vec<String>,
+}
+
+impl Health {
+    pub fn new(status: &'static str, reasons: Vec<String>) -> Health {
+        Health {
+            status: status.to_string(),
+            reasons,
+        }
+    }
 }
 
 /// Times in a zone, as RFC 3339 with that zone's offset.

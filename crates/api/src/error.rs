@@ -15,11 +15,30 @@ use qiwu_storage::StorageError;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+/// Every `type` a problem can have.
+pub const PROBLEM_TYPES: [&str; 14] = [
+    "urn:qiwu:problem:unauthenticated",
+    "urn:qiwu:problem:forbidden",
+    "urn:qiwu:problem:not-found",
+    "urn:qiwu:problem:method-not-allowed",
+    "urn:qiwu:problem:uri-too-long",
+    "urn:qiwu:problem:payload-too-large",
+    "urn:qiwu:problem:unsupported-media-type",
+    "urn:qiwu:problem:too-many-requests",
+    "urn:qiwu:problem:validation",
+    "urn:qiwu:problem:bad-request",
+    "urn:qiwu:problem:name-taken",
+    "urn:qiwu:problem:stale-version",
+    "urn:qiwu:problem:conflict",
+    "urn:qiwu:problem:internal",
+];
+
 /// A problem document (RFC 9457) with per-field errors.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
-    /// A URI naming the kind of problem, such as `urn:qiwu:problem:validation`.
+    /// A URN naming the kind of problem, such as `urn:qiwu:problem:validation`.
     #[serde(rename = "type")]
+    #[schema(value_type = crate::schema::ProblemType)]
     pub kind: String,
     pub title: String,
     pub status: u16,
@@ -69,6 +88,18 @@ pub enum ErrorKind {
     Forbidden { needs: String },
     /// The resource does not exist.
     NotFound(Text),
+    /// A path segment that cannot name any resource, such as `/api/jobs/abc`.
+    NoSuchPath(ProblemFieldText),
+    /// The path exists, but not with this method; `allow` lists the ones it has.
+    MethodNotAllowed { allow: Vec<String> },
+    /// The request line is longer than the service reads.
+    UriTooLong { limit: usize },
+    /// The body is larger than the service reads.
+    PayloadTooLarge { limit: usize },
+    /// The body is not `application/json`.
+    UnsupportedMediaType,
+    /// Too many requests of one kind are waiting; try again after a while.
+    TooManyRequests { text: Text, retry_after_secs: u64 },
     /// Invalid fields.
     Validation(Vec<ProblemFieldText>),
     /// A request that cannot be read at all.
@@ -186,7 +217,22 @@ impl ApiError {
         match &self.kind {
             ErrorKind::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ErrorKind::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
-            ErrorKind::NotFound(_) => (StatusCode::NOT_FOUND, "not-found"),
+            ErrorKind::NotFound(_) | ErrorKind::NoSuchPath(_) => {
+                (StatusCode::NOT_FOUND, "not-found")
+            }
+            ErrorKind::MethodNotAllowed { .. } => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed")
+            }
+            ErrorKind::UriTooLong { .. } => (StatusCode::URI_TOO_LONG, "uri-too-long"),
+            ErrorKind::PayloadTooLarge { .. } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large")
+            }
+            ErrorKind::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type")
+            }
+            ErrorKind::TooManyRequests { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "too-many-requests")
+            }
             ErrorKind::Validation(_) => (StatusCode::BAD_REQUEST, "validation"),
             ErrorKind::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad-request"),
             ErrorKind::NameTaken(_) => (StatusCode::CONFLICT, "name-taken"),
@@ -217,6 +263,54 @@ impl ApiError {
             ErrorKind::NotFound(t) => {
                 (lang.pick("不存在", "Not found"), t.get(lang).into(), vec![])
             }
+            ErrorKind::NoSuchPath(f) => (
+                lang.pick("不存在", "Not found"),
+                f.message.get(lang).into(),
+                vec![ProblemField {
+                    field: f.field.clone(),
+                    message: f.message.get(lang).into(),
+                }],
+            ),
+            ErrorKind::MethodNotAllowed { allow } => (
+                lang.pick("不支持该方法", "Method not allowed"),
+                match lang {
+                    Lang::Zh => format!("这个路径只支持 {}", allow.join("、")),
+                    Lang::En => format!("This path supports only {}", allow.join(", ")),
+                },
+                vec![],
+            ),
+            ErrorKind::UriTooLong { limit } => (
+                lang.pick("地址过长", "URI too long"),
+                match lang {
+                    Lang::Zh => format!("请求地址（路径加查询参数）最多 {limit} 字节"),
+                    Lang::En => format!(
+                        "The request target (path and query) may have at most {limit} bytes"
+                    ),
+                },
+                vec![],
+            ),
+            ErrorKind::PayloadTooLarge { limit } => (
+                lang.pick("请求体过大", "Payload too large"),
+                match lang {
+                    Lang::Zh => format!("请求体最多 {limit} 字节"),
+                    Lang::En => format!("The request body may have at most {limit} bytes"),
+                },
+                vec![],
+            ),
+            ErrorKind::UnsupportedMediaType => (
+                lang.pick("不支持的内容类型", "Unsupported media type"),
+                lang.pick(
+                    "请求体必须是 JSON：请带上 Content-Type: application/json",
+                    "The request body must be JSON: send Content-Type: application/json",
+                )
+                .to_string(),
+                vec![],
+            ),
+            ErrorKind::TooManyRequests { text, .. } => (
+                lang.pick("请求过多", "Too many requests"),
+                text.get(lang).into(),
+                vec![],
+            ),
             ErrorKind::Validation(fields) => (
                 lang.pick("输入有误", "Invalid input"),
                 fields
@@ -300,8 +394,20 @@ impl ResponseError for ApiError {
         }
         let mut response = HttpResponse::build(self.status_code());
         response.insert_header((header::CONTENT_TYPE, "application/problem+json"));
-        if matches!(self.kind, ErrorKind::Unauthenticated(_)) {
-            response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+        match &self.kind {
+            ErrorKind::Unauthenticated(_) => {
+                response
+                    .insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+            }
+            ErrorKind::MethodNotAllowed { allow } => {
+                response.insert_header((header::ALLOW, allow.join(", ")));
+            }
+            ErrorKind::TooManyRequests {
+                retry_after_secs, ..
+            } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            _ => {}
         }
         response.json(self.problem())
     }
@@ -316,42 +422,114 @@ pub fn request_lang(req: &HttpRequest) -> Lang {
     )
 }
 
+/// Most bytes a JSON body may have.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
 /// Extractor configurations whose failures become problem responses.
 pub fn json_config() -> actix_web::web::JsonConfig {
     actix_web::web::JsonConfig::default()
-        .limit(256 * 1024)
-        .error_handler(|err, req| {
-            let lang = request_lang(req);
+        .limit(MAX_BODY_BYTES)
+        .error_handler(|err, req| json_error(request_lang(req), &err).into())
+}
+
+/// The problem a body that cannot be read as JSON gets.
+pub fn json_error(lang: Lang, err: &actix_web::error::JsonPayloadError) -> ApiError {
+    use actix_web::error::JsonPayloadError as E;
+    match err {
+        E::OverflowKnownLength { limit, .. } | E::Overflow { limit } => {
+            ApiError::new(lang, ErrorKind::PayloadTooLarge { limit: *limit })
+        }
+        E::Payload(actix_web::error::PayloadError::Overflow) => ApiError::new(
+            lang,
+            ErrorKind::PayloadTooLarge {
+                limit: MAX_BODY_BYTES,
+            },
+        ),
+        E::ContentType => ApiError::new(lang, ErrorKind::UnsupportedMediaType),
+        E::Deserialize(e) if e.is_eof() && e.line() == 1 && e.column() == 0 => {
             ApiError::bad_request(
                 lang,
-                format!("请求体不是合法的 JSON：{err}"),
-                format!("The request body is not valid JSON: {err}"),
+                "缺少请求体：请发送一个 JSON 对象",
+                "The request body is missing: send a JSON object",
             )
-            .into()
-        })
+        }
+        E::Deserialize(e) => ApiError::bad_request(
+            lang,
+            format!(
+                "请求体不是合法的 JSON（第 {} 行第 {} 列）",
+                e.line(),
+                e.column()
+            ),
+            format!(
+                "The request body is not valid JSON (line {}, column {}): {}",
+                e.line(),
+                e.column(),
+                json_reason(e)
+            ),
+        ),
+        other => ApiError::bad_request(
+            lang,
+            "请求体读取失败：请重新发送",
+            format!("The request body could not be read: {other}"),
+        ),
+    }
+}
+
+/// serde_json's reason without its position, which the message gives.
+fn json_reason(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
 }
 
 pub fn query_config() -> actix_web::web::QueryConfig {
     actix_web::web::QueryConfig::default().error_handler(|err, req| {
         let lang = request_lang(req);
-        ApiError::bad_request(
-            lang,
-            format!("查询参数有误：{err}"),
-            format!("Invalid query parameters: {err}"),
-        )
-        .into()
+        // Every query field is read as text and checked by `query`, so
+        // only the query string's shape can fail here: a parameter given
+        // twice, or bytes that are not UTF-8.
+        let text = match &err {
+            actix_web::error::QueryPayloadError::Deserialize(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        let field = backticked(&text).unwrap_or("query").to_string();
+        let (zh, en) = if text.starts_with("duplicate field") {
+            (
+                format!("查询参数 {field} 只能出现一次"),
+                format!("The query parameter {field} may be given only once"),
+            )
+        } else {
+            (
+                format!("查询参数有误：请使用 UTF-8 编码的 name=value 形式（{text}）"),
+                format!("The query string must be UTF-8 name=value pairs ({text})"),
+            )
+        };
+        ApiError::field(lang, &field, zh, en).into()
     })
 }
 
+/// The first name serde quotes in backticks, such as `page` in
+/// "duplicate field `page`".
+fn backticked(text: &str) -> Option<&str> {
+    let start = text.find('`')? + 1;
+    let len = text[start..].find('`')?;
+    Some(&text[start..start + len])
+}
+
 pub fn path_config() -> actix_web::web::PathConfig {
-    actix_web::web::PathConfig::default().error_handler(|err, req| {
+    actix_web::web::PathConfig::default().error_handler(|_err, req| {
         let lang = request_lang(req);
-        ApiError::not_found(
-            lang,
-            format!("路径有误：{err}"),
-            format!("No such resource: {err}"),
-        )
-        .into()
+        // The only typed path segments are ids (`crate::query::Id`): name
+        // the one that did not parse.
+        let field = req
+            .match_info()
+            .iter()
+            .find(|(_, value)| crate::query::Id::parse(value).is_none())
+            .map(|(name, _)| name.to_string())
+            .unwrap_or_else(|| "id".to_string());
+        crate::query::Id::path_error(lang, &field).into()
     })
 }
 
@@ -363,4 +541,47 @@ pub async fn not_found(req: HttpRequest) -> HttpResponse {
         format!("There is no endpoint {} {}", req.method(), req.path()),
     )
     .error_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_type_is_documented() {
+        let t = || Text::new("zh", "en");
+        let kinds = vec![
+            ErrorKind::Unauthenticated(t()),
+            ErrorKind::Forbidden { needs: "x".into() },
+            ErrorKind::NotFound(t()),
+            ErrorKind::NoSuchPath(ProblemFieldText::new("id", t())),
+            ErrorKind::MethodNotAllowed {
+                allow: vec!["GET".into()],
+            },
+            ErrorKind::UriTooLong { limit: 1 },
+            ErrorKind::PayloadTooLarge { limit: 1 },
+            ErrorKind::UnsupportedMediaType,
+            ErrorKind::TooManyRequests {
+                text: t(),
+                retry_after_secs: 1,
+            },
+            ErrorKind::Validation(vec![]),
+            ErrorKind::BadRequest(t()),
+            ErrorKind::NameTaken(t()),
+            ErrorKind::StaleVersion { current: 1 },
+            ErrorKind::Conflict(t()),
+            ErrorKind::Internal(Box::new(std::io::Error::other("x"))),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for kind in kinds {
+            let problem = ApiError::new(Lang::En, kind).problem();
+            assert!(
+                PROBLEM_TYPES.contains(&problem.kind.as_str()),
+                "{}",
+                problem.kind
+            );
+            seen.insert(problem.kind);
+        }
+        assert_eq!(seen.len(), PROBLEM_TYPES.len());
+    }
 }

@@ -4,7 +4,10 @@
 
 pub mod audit;
 pub mod auth;
+pub mod body;
 pub mod calendar_dto;
+mod docs;
+mod document;
 pub mod dto;
 pub mod error;
 pub mod export;
@@ -13,6 +16,8 @@ pub mod observe;
 pub mod ops;
 pub mod query;
 pub mod routes;
+pub mod routing;
+pub mod schema;
 pub mod state;
 
 use actix_web::web;
@@ -107,11 +112,12 @@ fn base_document() -> OpenApi {
 
 /// The OpenAPI document, as `qiwu-scheduler openapi` prints it.
 pub fn openapi() -> OpenApi {
-    let (_, doc) = actix_web::App::new()
+    let (_, mut doc) = actix_web::App::new()
         .into_utoipa_app()
         .openapi(base_document())
         .configure(endpoints)
         .split_for_parts();
+    document::complete(&mut doc);
     doc
 }
 
@@ -130,6 +136,9 @@ pub fn openapi_json() -> String {
 pub fn configure(state: AppState, ops: ops::Ops) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let doc = openapi();
+        // Ahead of every endpoint: 414 for long targets, 405 for a known
+        // path asked with a method it lacks.
+        routing::register_guards(cfg, &doc);
         cfg.app_data(web::Data::new(state))
             .app_data(web::Data::new(ops))
             .route("/metrics", web::get().to(ops::metrics))
@@ -138,7 +147,8 @@ pub fn configure(state: AppState, ops: ops::Ops) -> impl FnOnce(&mut web::Servic
             .app_data(error::path_config());
         let mut utoipa_cfg = ServiceConfig::new(cfg);
         endpoints(&mut utoipa_cfg);
-        cfg.service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc))
+        cfg.service(web::resource("/docs/swagger-initializer.js").get(docs::initializer))
+            .service(SwaggerUi::new("/docs/{_:.*}").url("/openapi.json", doc))
             .service(web::redirect("/docs", "/docs/"))
             .default_service(web::to(error::not_found));
     }

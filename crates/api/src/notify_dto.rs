@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SettingDto {
-    /// Such as `audit.retention_days`.
+    #[schema(value_type = crate::schema::SettingKey)]
     pub key: String,
     /// The stored value, or the default while nothing is stored.
     pub value: String,
@@ -44,12 +44,49 @@ impl SettingDto {
 }
 
 /// A new value for a setting.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct SettingWrite {
-    /// The value as text; a JSON number is accepted too (`30` means `"30"`).
-    #[schema(value_type = String)]
+    /// The value as text; a JSON number is accepted too (`30` means
+    /// `"30"`). `audit.retention_days`: a whole number 1–36500;
+    /// `notify.webhook_url`: empty, or an http(s) URL.
+    #[schema(schema_with = setting_value)]
     pub value: Value,
+}
+
+fn setting_value() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .item(ObjectBuilder::new().schema_type(Type::Number))
+        .examples([serde_json::json!("30")])
+        .build()
+        .into()
+}
+
+impl SettingWrite {
+    /// Reads the body: `value` as text (a number is written as text).
+    pub fn read(lang: Lang, body: Value) -> Result<String, crate::error::ApiError> {
+        let mut f = crate::body::Fields::new(lang, body, &["value"])?;
+        let value = match f.value("value") {
+            Some(Value::String(s)) => s,
+            Some(Value::Number(n)) => n.to_string(),
+            None => {
+                f.fail("value", "value 必填", "value is required");
+                String::new()
+            }
+            Some(_) => {
+                f.fail(
+                    "value",
+                    "value 应为字符串（也可以是数字）",
+                    "value must be a string (or a number)",
+                );
+                String::new()
+            }
+        };
+        f.finish()?;
+        Ok(value)
+    }
 }
 
 /// A notification in the super administrators' shared inbox.
@@ -57,7 +94,8 @@ pub struct SettingWrite {
 #[serde(rename_all = "camelCase")]
 pub struct NotificationDto {
     pub id: i64,
-    /// The template it was made from, such as `scheduler.timeout_alert`.
+    /// The template it was made from.
+    #[schema(value_type = crate::schema::TemplateCode)]
     pub template_code: String,
     /// Rendered when raised, in Chinese (the platform's default language).
     pub title: String,
@@ -93,16 +131,20 @@ pub struct NotificationPage {
     pub unread_count: u64,
 }
 
-/// Filters and paging of the inbox.
+/// Filters and paging of the inbox. Values are read as text so that a bad
+/// one is answered with the name of its parameter.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
 #[into_params(parameter_in = Query, rename_all = "camelCase")]
 pub struct NotificationQuery {
-    /// Only unread notifications.
-    pub unread: Option<bool>,
+    /// Only unread notifications (`true`); default false.
+    #[param(value_type = Option<bool>)]
+    pub unread: Option<String>,
     /// 1–100, default 20.
-    pub limit: Option<u64>,
-    /// `nextCursor` of the previous page.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub limit: Option<String>,
+    /// `nextCursor` of the previous page; empty for the first page.
+    #[param(pattern = "^([0-9a-f]{32})?$")]
     pub cursor: Option<String>,
 }
 
@@ -117,7 +159,7 @@ pub struct ReadAllDto {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateDto {
-    /// Such as `scheduler.timeout_alert`.
+    #[schema(value_type = crate::schema::TemplateCode)]
     pub code: String,
     /// The template's name in the request's language.
     pub name: String,
@@ -150,25 +192,41 @@ impl TemplateDto {
     }
 }
 
-/// New texts of a template; all four are required (a missing one is
-/// reported as empty, naming the field).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// New texts of a template; all four are required. Texts may use only
+/// the template's own `{placeholders}`.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 pub struct TemplateWrite {
     /// 1–200 characters.
-    #[serde(default)]
-    #[schema(required = true)]
+    #[schema(max_length = 200, pattern = r"\S")]
     pub title_zh: String,
     /// 1–4000 characters.
-    #[serde(default)]
-    #[schema(required = true)]
+    #[schema(max_length = 4000, pattern = r"\S")]
     pub body_zh: String,
     /// 1–200 characters.
-    #[serde(default)]
-    #[schema(required = true)]
+    #[schema(max_length = 200, pattern = r"\S")]
     pub title_en: String,
     /// 1–4000 characters.
-    #[serde(default)]
-    #[schema(required = true)]
+    #[schema(max_length = 4000, pattern = r"\S")]
     pub body_en: String,
+}
+
+impl TemplateWrite {
+    /// Reads the body; a missing text is reported as empty by the rules
+    /// that follow, naming its field.
+    pub fn read(lang: Lang, body: Value) -> Result<TemplateWrite, crate::error::ApiError> {
+        let mut f =
+            crate::body::Fields::new(lang, body, &["titleZh", "bodyZh", "titleEn", "bodyEn"])?;
+        let title_zh = f.string("titleZh", false).unwrap_or_default();
+        let body_zh = f.string("bodyZh", false).unwrap_or_default();
+        let title_en = f.string("titleEn", false).unwrap_or_default();
+        let body_en = f.string("bodyEn", false).unwrap_or_default();
+        f.finish()?;
+        Ok(TemplateWrite {
+            title_zh,
+            body_zh,
+            title_en,
+            body_en,
+        })
+    }
 }

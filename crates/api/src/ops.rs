@@ -324,12 +324,14 @@ pub async fn metrics(ops: web::Data<Ops>) -> HttpResponse {
 /// `GET /readyz` of a worker: the engine runs, and database, Redis and
 /// clock are all usable.
 pub async fn worker_ready(ops: web::Data<Ops>) -> HttpResponse {
+    use crate::routes::health::{READY, UNREADY};
     let problems = readiness_problems(&ops).await;
     if problems.is_empty() {
-        HttpResponse::Ok().json(serde_json::json!({"status": "ready", "role": ops.role}))
+        HttpResponse::Ok()
+            .json(serde_json::json!({"status": READY, "reasons": problems, "role": ops.role}))
     } else {
         HttpResponse::ServiceUnavailable()
-            .json(serde_json::json!({"status": problems.join("; "), "role": ops.role}))
+            .json(serde_json::json!({"status": UNREADY, "reasons": problems, "role": ops.role}))
     }
 }
 

@@ -3,8 +3,64 @@
 
 use chrono::{DateTime, Utc};
 use qiwu_domain::Lang;
+use serde::{Deserialize, Deserializer};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind, ProblemFieldText, Text};
+
+/// The largest integer a JSON number carries exactly (2^53 − 1): ids,
+/// versions and pages stay within it, so JavaScript clients read them
+/// right.
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// A resource id in a path: a whole number from 1 to [`MAX_SAFE_INTEGER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Id(pub i64);
+
+impl Id {
+    /// The id `text` spells, if it is one.
+    pub fn parse(text: &str) -> Option<i64> {
+        text.parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_SAFE_INTEGER).contains(n))
+    }
+
+    /// The 404 for a path segment `field` that cannot be an id: nothing
+    /// lives at such a path, and the answer says what an id is.
+    pub fn path_error(lang: Lang, field: &str) -> ApiError {
+        ApiError::new(
+            lang,
+            ErrorKind::NoSuchPath(ProblemFieldText::new(
+                field,
+                Text::new(
+                    format!("不存在：路径里的 {field} 应为 1–{MAX_SAFE_INTEGER} 的整数"),
+                    format!(
+                        "Not found: {field} in the path is a whole number from 1 to {MAX_SAFE_INTEGER}"
+                    ),
+                ),
+            )),
+        )
+    }
+
+    /// The 400 for a value of `field` that is not an id.
+    pub fn error(lang: Lang, field: &str) -> ApiError {
+        ApiError::field(
+            lang,
+            field,
+            format!("{field} 应为 1–{MAX_SAFE_INTEGER} 的整数"),
+            format!("{field} must be a whole number from 1 to {MAX_SAFE_INTEGER}"),
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        // Path segments arrive as text.
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Id::parse(&text)
+            .map(Id)
+            .ok_or_else(|| serde::de::Error::custom("not an id"))
+    }
+}
 
 /// Default and largest page of the cursor-paged lists.
 pub const DEFAULT_LIMIT: u64 = 20;
@@ -18,6 +74,38 @@ pub fn text(value: Option<String>) -> Option<String> {
 
 /// `limit`: 1–100, default 20.
 pub fn limit(lang: Lang, value: Option<String>) -> Result<u64, ApiError> {
+    page_size(lang, "limit", value)
+}
+
+/// An id such as `jobId`: 1 to [`MAX_SAFE_INTEGER`].
+pub fn id(lang: Lang, field: &str, value: Option<String>) -> Result<Option<i64>, ApiError> {
+    let Some(raw) = text(value) else {
+        return Ok(None);
+    };
+    Id::parse(&raw)
+        .map(Some)
+        .ok_or_else(|| Id::error(lang, field))
+}
+
+/// `page`: 1 to [`MAX_SAFE_INTEGER`], default 1.
+pub fn page(lang: Lang, value: Option<String>) -> Result<u64, ApiError> {
+    let Some(raw) = text(value) else {
+        return Ok(1);
+    };
+    match raw.parse::<i64>() {
+        Ok(n) if (1..=MAX_SAFE_INTEGER).contains(&n) => Ok(n as u64),
+        _ => Err(ApiError::field(
+            lang,
+            "page",
+            format!("page 从 1 开始，应为 1–{MAX_SAFE_INTEGER} 的整数"),
+            format!("page starts at 1: a whole number from 1 to {MAX_SAFE_INTEGER}"),
+        )),
+    }
+}
+
+/// A page size such as `pageSize`: 1 to [`MAX_LIMIT`], default
+/// [`DEFAULT_LIMIT`].
+pub fn page_size(lang: Lang, field: &str, value: Option<String>) -> Result<u64, ApiError> {
     let Some(raw) = text(value) else {
         return Ok(DEFAULT_LIMIT);
     };
@@ -25,25 +113,9 @@ pub fn limit(lang: Lang, value: Option<String>) -> Result<u64, ApiError> {
         Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
         _ => Err(ApiError::field(
             lang,
-            "limit",
-            format!("limit 应为 1–{MAX_LIMIT} 的整数"),
-            format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
-        )),
-    }
-}
-
-/// A positive id such as `jobId`.
-pub fn id(lang: Lang, field: &str, value: Option<String>) -> Result<Option<i64>, ApiError> {
-    let Some(raw) = text(value) else {
-        return Ok(None);
-    };
-    match raw.parse::<i64>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(ApiError::field(
-            lang,
             field,
-            format!("{field} 应为正整数"),
-            format!("{field} must be a positive whole number"),
+            format!("{field} 应为 1–{MAX_LIMIT} 的整数"),
+            format!("{field} must be a whole number from 1 to {MAX_LIMIT}"),
         )),
     }
 }
@@ -175,6 +247,26 @@ mod tests {
         assert_eq!(id(Lang::Zh, "jobId", Some("42".into())).unwrap(), Some(42));
         assert!(id(Lang::Zh, "jobId", Some("0".into())).is_err());
         assert!(id(Lang::Zh, "jobId", Some("x".into())).is_err());
+        assert_eq!(
+            id(Lang::Zh, "jobId", Some("9007199254740991".into())).unwrap(),
+            Some(MAX_SAFE_INTEGER)
+        );
+        assert!(id(Lang::Zh, "jobId", Some("9007199254740992".into())).is_err());
+        assert_eq!(page(Lang::Zh, None).unwrap(), 1);
+        assert_eq!(
+            page(Lang::Zh, Some("9007199254740991".into())).unwrap(),
+            9_007_199_254_740_991
+        );
+        for bad in ["0", "-1", "abc", "18446744073709551615", "9007199254740992"] {
+            let err = page(Lang::En, Some(bad.into())).unwrap_err();
+            assert_eq!(err.problem().errors[0].field, "page", "{bad}");
+        }
+        assert_eq!(
+            page_size(Lang::Zh, "pageSize", Some("100".into())).unwrap(),
+            100
+        );
+        let err = page_size(Lang::En, "pageSize", Some("101".into())).unwrap_err();
+        assert_eq!(err.problem().errors[0].field, "pageSize");
         assert_eq!(
             boolean(Lang::Zh, "enabled", Some("false".into())).unwrap(),
             Some(false)

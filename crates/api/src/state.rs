@@ -31,4 +31,6 @@ pub struct AppState {
     /// `QIWU_TIMEZONE`: the zone of jobs whose own zone is null.
     pub timezone: Tz,
     pub changes: Arc<dyn ChangeListener>,
+    /// `QIWU_MAX_PENDING_RUN_ONCE`: most queued "run once" fires per job.
+    pub max_pending_run_once: u64,
 }

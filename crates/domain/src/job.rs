@@ -215,6 +215,9 @@ pub enum JobProblem {
         max: usize,
         chars: usize,
     },
+    /// A control character (U+0000–U+001F, U+007F): it breaks lists,
+    /// exports and logs, and PostgreSQL refuses U+0000.
+    ControlCharacter,
     OutOfRange {
         min: i64,
         max: i64,
@@ -264,6 +267,12 @@ impl FieldError {
             }
             (JobProblem::TooLong { max, chars }, Lang::En) => {
                 format!("At most {max} characters, got {chars}")
+            }
+            (JobProblem::ControlCharacter, Lang::Zh) => {
+                "不能包含控制字符（换行、制表符等 U+0000–U+001F、U+007F）".into()
+            }
+            (JobProblem::ControlCharacter, Lang::En) => {
+                "Must not contain control characters (line breaks, tabs and the rest of U+0000–U+001F, U+007F)".into()
             }
             (JobProblem::OutOfRange { min, max }, Lang::Zh) => format!("取值范围是 {min}–{max}"),
             (JobProblem::OutOfRange { min, max }, Lang::En) => {
@@ -375,6 +384,49 @@ fn type_zh(t: &str) -> &'static str {
         "an integer or null" => "整数或 null",
         _ => "其他类型",
     }
+}
+
+/// True when `s` holds a control character (U+0000–U+001F or U+007F), which
+/// names, remarks and labels refuse.
+pub fn has_control(s: &str) -> bool {
+    s.chars().any(|c| c <= '\u{1f}' || c == '\u{7f}')
+}
+
+/// The manual's rule when an edit changes a job's handler: params that are
+/// empty, or still exactly the old handler's defaults, are replaced by the
+/// new handler's defaults (returned as `{}`, which validation fills).
+/// Anything else is what the user typed and is kept, to be checked against
+/// the new handler's schema.
+pub fn params_for_new_handler(
+    params: Option<&Value>,
+    old_handler: &str,
+    new_handler: &str,
+    catalog: &HandlerCatalog,
+) -> Option<Value> {
+    if old_handler == new_handler {
+        return None;
+    }
+    let empty = match params {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(map)) => map.is_empty(),
+        Some(Value::String(text)) => {
+            let text = text.trim();
+            text.is_empty()
+                || serde_json::from_str::<Map<String, Value>>(text).is_ok_and(|m| m.is_empty())
+        }
+        Some(_) => false,
+    };
+    let old_defaults = catalog
+        .get(old_handler)
+        .map(|d| Value::Object(d.default_params()));
+    let still_defaults = match (params, &old_defaults) {
+        (Some(Value::String(text)), Some(defaults)) => {
+            serde_json::from_str::<Value>(text.trim()).is_ok_and(|v| &v == defaults)
+        }
+        (Some(p), Some(defaults)) => p == defaults,
+        _ => false,
+    };
+    (empty || still_defaults).then(|| Value::Object(Map::new()))
 }
 
 /// Checks a whole job. `groups` lists the job-group codes that exist.
@@ -527,7 +579,7 @@ fn validate_into(
     }
     let mut v = Reader { input, errors };
 
-    let name = v.text("name", MAX_NAME_CHARS, true);
+    let name = v.plain_text("name", MAX_NAME_CHARS, true);
     let group = v.text("group", 64, true);
     let handler = v.text("handler", 128, true);
     let cron_text = v.text("cron", 255, true);
@@ -538,7 +590,7 @@ fn validate_into(
     let timeout_ms = v.integer("timeoutMs", 0, MAX_TIMEOUT_MS);
     let allow_concurrent = v.boolean("allowConcurrent");
     let misfire = v.text("misfirePolicy", 16, true);
-    let remark = v.text("remark", MAX_REMARK_CHARS, false);
+    let remark = v.plain_text("remark", MAX_REMARK_CHARS, false);
 
     if let Some(g) = &group
         && !groups.iter().any(|known| known == g)
@@ -675,6 +727,17 @@ impl Reader<'_> {
             }
             Some(_) => self.fail(field, JobProblem::WrongType("a string")),
         }
+    }
+
+    /// Like [`Reader::text`], refusing control characters anywhere in the
+    /// value (also where trimming would remove them).
+    fn plain_text(&mut self, field: &str, max: usize, required: bool) -> Option<String> {
+        if let Some(Value::String(s)) = self.input.get(field)
+            && has_control(s)
+        {
+            return self.fail(field, JobProblem::ControlCharacter);
+        }
+        self.text(field, max, required)
     }
 
     /// A string or null; blank text counts as null.

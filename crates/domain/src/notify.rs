@@ -121,6 +121,9 @@ pub enum TemplateProblem {
         max: usize,
         chars: usize,
     },
+    /// U+0000, which no database column of text can hold (PostgreSQL
+    /// refuses it); line breaks and tabs are fine in a template.
+    NulCharacter,
     /// `{name}` that the sender never fills in: almost always a typo.
     UnknownPlaceholder {
         name: String,
@@ -145,6 +148,10 @@ impl TemplateFieldError {
             }
             (TemplateProblem::TooLong { max, chars }, Lang::En) => {
                 format!("At most {max} characters, got {chars}")
+            }
+            (TemplateProblem::NulCharacter, Lang::Zh) => "不能包含 U+0000（空字符）".into(),
+            (TemplateProblem::NulCharacter, Lang::En) => {
+                "Must not contain U+0000 (the NUL character)".into()
             }
             (TemplateProblem::UnknownPlaceholder { name, known }, Lang::Zh) => {
                 format!("占位符 {{{name}}} 不存在：可用的占位符是 {}", braced(known))
@@ -194,6 +201,8 @@ pub fn validate_template(
             Some(TemplateProblem::Blank)
         } else if chars > max {
             Some(TemplateProblem::TooLong { max, chars })
+        } else if text.contains('\0') {
+            Some(TemplateProblem::NulCharacter)
         } else {
             placeholders_in(text)
                 .into_iter()
@@ -294,5 +303,20 @@ mod tests {
                 chars: MAX_TITLE_CHARS + 1
             }
         );
+    }
+
+    #[test]
+    fn nul_is_refused_but_line_breaks_are_kept() {
+        let t = find(TIMEOUT_ALERT).expect("template");
+        let texts = TemplateTexts {
+            title_zh: "超时\0",
+            body_zh: "第一行\n第二行\t{attempt}",
+            title_en: "Timed out",
+            body_en: "line\r\nline",
+        };
+        let errors = validate_template(t, &texts).expect_err("invalid");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "titleZh");
+        assert_eq!(errors[0].problem, TemplateProblem::NulCharacter);
     }
 }

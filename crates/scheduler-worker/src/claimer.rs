@@ -209,7 +209,14 @@ impl Claimer {
             self.fail_later();
             return;
         }
-        self.fold_late();
+        if self.unreachable {
+            // Everything queued while the database could not be reached
+            // fell in the outage: one record per job stands for it (SPEC
+            // §5's misfire rule), whether the database answers now or not.
+            self.fold_all_times(MissReason::Outage);
+        } else {
+            self.fold_late();
+        }
         let result = match self.take_catch_ups() {
             batch if !batch.is_empty() => self.catch_up(batch).await,
             _ => match self.take_times() {

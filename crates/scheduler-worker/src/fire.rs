@@ -315,7 +315,9 @@ impl Fire {
         };
         attempt.stopper.stop(reason);
         attempt.outcome = outcome;
-        if let (Outcome::Shutdown(_), Some(task)) = (&attempt.outcome, attempt.task.take()) {
+        if matches!(attempt.outcome, Outcome::Shutdown(_))
+            && let Some(task) = attempt.task.take()
+        {
             // The engine bounds this wait by the grace period.
             attempt.outcome = Outcome::Shutdown(match task.await {
                 Ok(answer) => answer,

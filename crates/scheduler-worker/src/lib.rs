@@ -7,6 +7,8 @@ pub mod clock;
 pub mod cluster;
 pub mod context;
 pub mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod error;
 mod fire;
 pub mod handlers;

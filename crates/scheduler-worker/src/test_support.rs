@@ -17,6 +17,13 @@ pub struct TestStore {
     dir: PathBuf,
 }
 
+impl TestStore {
+    /// The database file's URL, for a second connection of a test's own.
+    pub fn url(&self) -> String {
+        format!("sqlite://{}", self.dir.join("qiwu.db").display())
+    }
+}
+
 impl Drop for TestStore {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -229,16 +229,16 @@ fn row(entry: &NewAudit, now: DateTime<Utc>) -> audit_log::ActiveModel {
 fn filter_condition(filter: &AuditFilter) -> Condition {
     let mut cond = Condition::all();
     if let Some(actor) = &filter.actor {
-        cond = cond.add(Column::Actor.eq(actor.as_str()));
+        cond = cond.add(keyset::text_eq(Column::Actor, actor));
     }
     if let Some(action) = &filter.action {
-        cond = cond.add(Column::Action.eq(action.as_str()));
+        cond = cond.add(keyset::text_eq(Column::Action, action));
     }
     if let Some(target_type) = &filter.target_type {
-        cond = cond.add(Column::TargetType.eq(target_type.as_str()));
+        cond = cond.add(keyset::text_eq(Column::TargetType, target_type));
     }
     if let Some(target_id) = &filter.target_id {
-        cond = cond.add(Column::TargetId.eq(target_id.as_str()));
+        cond = cond.add(keyset::text_eq(Column::TargetId, target_id));
     }
     if let Some(from) = filter.from {
         cond = cond.add(Column::At.gte(to_millis(from)));

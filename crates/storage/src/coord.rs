@@ -1,6 +1,6 @@
 //! Coordination over Redis between the processes of a cluster: change
-//! messages on a channel, job locks with a TTL, renewal and a fencing
-//! token, and once-only keys.
+//! messages on a channel, and job locks with a TTL, renewal and a fencing
+//! token.
 //!
 //! Redis is an accelerator and a guard, never the ledger: a lost message is
 //! repaired by reconciliation against the database, and a fire is still
@@ -19,7 +19,6 @@ use crate::StorageError;
 pub const CHANGES_CHANNEL: &str = "qiwu:changes";
 const LOCK_PREFIX: &str = "qiwu:lock:job:";
 const FENCE_PREFIX: &str = "qiwu:fence:job:";
-const ONCE_PREFIX: &str = "qiwu:once:";
 /// How long one Redis command may take before it counts as failed.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -195,21 +194,5 @@ impl Coord {
         )
         .await?;
         Ok(())
-    }
-
-    /// True for the first caller of `key` within `ttl`.
-    pub async fn once(&self, key: &str, ttl: Duration) -> Result<bool, StorageError> {
-        let mut conn = self.conn().await?;
-        let ok: Option<String> = bounded(
-            redis::cmd("SET")
-                .arg(format!("{ONCE_PREFIX}{key}"))
-                .arg("1")
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl.as_millis() as u64)
-                .query_async(&mut conn),
-        )
-        .await?;
-        Ok(ok.is_some())
     }
 }

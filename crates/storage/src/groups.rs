@@ -56,6 +56,10 @@ impl GroupRepo<'_> {
     }
 
     pub async fn get(&self, code: &str) -> Result<Option<GroupRecord>, StorageError> {
+        // No code holds U+0000, which PostgreSQL refuses even to look up.
+        if !crate::keyset::storable(code) {
+            return Ok(None);
+        }
         Ok(job_group::Entity::find_by_id(code.to_owned())
             .one(self.store.connection())
             .await?

@@ -513,13 +513,17 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
 fn filter_condition(filter: &JobFilter) -> Condition {
     let mut cond = Condition::all();
     if let Some(name) = &filter.name {
-        cond = cond.add(name_contains(name));
+        cond = cond.add(if crate::keyset::storable(name) {
+            name_contains(name)
+        } else {
+            crate::keyset::nothing()
+        });
     }
     if let Some(group) = &filter.group {
-        cond = cond.add(Column::GroupCode.eq(group.as_str()));
+        cond = cond.add(crate::keyset::text_eq(Column::GroupCode, group));
     }
     if let Some(handler) = &filter.handler {
-        cond = cond.add(Column::Handler.eq(handler.as_str()));
+        cond = cond.add(crate::keyset::text_eq(Column::Handler, handler));
     }
     if let Some(enabled) = filter.enabled {
         cond = cond.add(Column::Enabled.eq(enabled));

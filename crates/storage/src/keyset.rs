@@ -61,11 +61,35 @@ pub(crate) fn after<T: ColumnTrait, I: ColumnTrait>(time: T, id: I, key: Key) ->
     )
 }
 
+/// PostgreSQL text cannot hold U+0000 and refuses it even in a comparison,
+/// so a filter value with one would fail the query there: no stored text
+/// holds it on any backend, so such a filter matches nothing.
+pub(crate) fn storable(value: &str) -> bool {
+    !value.contains('\0')
+}
+
+/// A condition no row meets.
+pub(crate) fn nothing() -> SimpleExpr {
+    Expr::val(1).eq(0)
+}
+
+/// `col = value`, or [`nothing`] for a value no row can hold.
+pub(crate) fn text_eq<C: ColumnTrait>(col: C, value: &str) -> SimpleExpr {
+    if storable(value) {
+        col.eq(value)
+    } else {
+        nothing()
+    }
+}
+
 /// `LOWER(col) LIKE LOWER('%needle%') ESCAPE '!'`: a case-insensitive
 /// substring match in which `%` and `_` match literally. Both sides are
 /// lowered by the database so that they fold alike (SQLite folds ASCII only).
 pub(crate) fn contains_ci<C: ColumnTrait>(col: C, needle: &str) -> SimpleExpr {
     use sea_orm::sea_query::{BinOper, Func};
+    if !storable(needle) {
+        return nothing();
+    }
     let pattern = format!("%{}%", crate::jobs::escape_like(needle));
     let lowered_pattern = Expr::Binary(
         Box::new(Func::lower(Expr::val(pattern)).into()),

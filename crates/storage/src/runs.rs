@@ -362,10 +362,10 @@ fn filter_condition(filter: &RunFilter) -> Condition {
         cond = cond.add(keyset::contains_ci(Column::JobName, name));
     }
     if let Some(handler) = &filter.handler {
-        cond = cond.add(Column::Handler.eq(handler.as_str()));
+        cond = cond.add(keyset::text_eq(Column::Handler, handler));
     }
     if let Some(status) = &filter.status {
-        cond = cond.add(Column::Status.eq(status.as_str()));
+        cond = cond.add(keyset::text_eq(Column::Status, status));
     }
     if let Some(from) = filter.started_from {
         cond = cond.add(Column::StartedAt.gte(to_millis(from)));

@@ -6,13 +6,14 @@ use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
 use qiwu_domain::Lang;
 use qiwu_storage::{ApiKeyRecord, StorageError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Permission, Principal};
 use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::query::Id;
 use crate::state::AppState;
 
 /// Longest key name, as wide as its column.
@@ -29,6 +30,7 @@ pub struct ApiKeyDto {
     /// `qk_<prefix>_<secret>`.
     pub prefix: String,
     /// The permission codes the key grants.
+    #[schema(value_type = Vec<crate::schema::PermissionCode>)]
     pub perms: Vec<String>,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
@@ -54,14 +56,21 @@ impl From<ApiKeyRecord> for ApiKeyDto {
 }
 
 /// A new API key.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
 #[allow(dead_code)] // the schema of the body, which is read field by field
 pub struct ApiKeyCreate {
-    /// 1–64 characters, such as the service's name; need not be unique
-    /// (a replacement key may share its predecessor's name).
+    /// 1–64 characters after trimming, such as the service's name; no
+    /// control characters; need not be unique (a replacement key may share
+    /// its predecessor's name).
+    #[schema(
+        max_length = 64,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\s\x00-\x1F\x7F-\x9F][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub name: String,
-    /// One or more permission codes, such as `scheduler.task.run`.
+    /// One or more permission codes; duplicates are dropped, and the key
+    /// keeps them in the order of the permission table.
+    #[schema(value_type = Vec<crate::schema::PermissionCode>, min_items = 1)]
     pub perms: Vec<String>,
 }
 
@@ -91,7 +100,7 @@ fn audit_json(key: &ApiKeyRecord) -> Option<Value> {
     summary = "List API keys (super admins)",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<ApiKeyDto>),
+        (status = 200, description = "Every API key, revoked ones included, newest first", body = Vec<ApiKeyDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -147,7 +156,9 @@ fn validate_name(value: Option<Value>, errors: &mut Vec<ProblemFieldText>) -> St
         Some(Value::String(s)) => {
             let name = s.trim();
             let chars = name.chars().count();
-            if (1..=NAME_CHARS).contains(&chars) && !name.chars().any(char::is_control) {
+            // Control characters are refused anywhere, also where trimming
+            // would remove them, as in job names.
+            if (1..=NAME_CHARS).contains(&chars) && !s.chars().any(char::is_control) {
                 return name.to_owned();
             }
             Text::new(
@@ -216,9 +227,9 @@ fn validate_perms(value: Option<Value>, errors: &mut Vec<ProblemFieldText>) -> V
     tag = "api-keys",
     summary = "Create an API key (super admins)",
     security(("bearer" = [])),
-    request_body = ApiKeyCreate,
+    request_body(content = ApiKeyCreate, example = json!({"name": "wf-service", "perms": ["scheduler.task.run", "scheduler.task.view"]})),
     responses(
-        (status = 201, body = ApiKeyCreated),
+        (status = 201, description = "The key, created; `key` is shown only this once", body = ApiKeyCreated),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -272,7 +283,7 @@ pub async fn create_api_key(
     tag = "api-keys",
     summary = "Revoke an API key (super admins)",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "API key id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "API key id")),
     responses(
         (status = 204, description = "Revoked"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -284,11 +295,11 @@ pub async fn create_api_key(
 pub async fn revoke_api_key(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let (revoked, newly) = state
         .store
         .api_keys()

@@ -18,7 +18,7 @@ use crate::state::AppState;
     security(("bearer" = [])),
     params(AuditQuery),
     responses(
-        (status = 200, body = AuditPage),
+        (status = 200, description = "A page of the audit log, newest first", body = AuditPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),

@@ -13,8 +13,9 @@ use serde_json::{Map, Value};
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Permission, Principal};
-use crate::calendar_dto::{CalendarDto, CalendarSummaryDto, CalendarWrite};
+use crate::calendar_dto::{CalendarCreate, CalendarDto, CalendarSummaryDto, CalendarUpdate};
 use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::query::MAX_SAFE_INTEGER;
 use crate::state::AppState;
 
 fn not_found(lang: Lang, code: &str) -> ApiError {
@@ -60,6 +61,38 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
     }
 }
 
+/// The `version` of an update body: a whole number from 1 to 2^53 − 1.
+fn version_of(body: &Map<String, Value>) -> Result<i64, ProblemFieldText> {
+    let whole = |v: &Value| {
+        let n = v.as_number()?;
+        n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64)
+                .map(|f| f as i64)
+        })
+    };
+    match body.get("version") {
+        None | Some(Value::Null) => Err(ProblemFieldText::new(
+            "version",
+            Text::new(
+                "version 必填：请带上修改前读到的 version",
+                "version is required: send the version the edit is based on",
+            ),
+        )),
+        Some(v) => whole(v)
+            .filter(|n| (1..=MAX_SAFE_INTEGER).contains(n))
+            .ok_or_else(|| {
+                ProblemFieldText::new(
+                    "version",
+                    Text::new(
+                        format!("version 应为 1–{MAX_SAFE_INTEGER} 的整数"),
+                        format!("version must be a whole number from 1 to {MAX_SAFE_INTEGER}"),
+                    ),
+                )
+            }),
+    }
+}
+
 /// The calendar a code names, built-in or stored; `None` when there is none.
 pub async fn find_calendar(
     state: &AppState,
@@ -68,6 +101,11 @@ pub async fn find_calendar(
 ) -> Result<Option<Arc<Calendar>>, ApiError> {
     if let Some(cal) = builtin::find(code) {
         return Ok(Some(cal));
+    }
+    // No calendar has another code; looking one up (U+0000 included, which
+    // PostgreSQL refuses even in a comparison) would only find nothing.
+    if !user::valid_code(code) {
+        return Ok(None);
     }
     let Some(record) = state
         .store
@@ -113,7 +151,7 @@ fn calendar_json(dto: &CalendarDto) -> Option<Value> {
     description = "The built-in `cn-workdays` (China's statutory holidays and make-up working days, read-only) and the user calendars, without their dates. Job editors read this list to pick a calendar.",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<CalendarSummaryDto>),
+        (status = 200, description = "Every calendar without its dates: the built-in ones, then user calendars by code", body = Vec<CalendarSummaryDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -149,9 +187,9 @@ pub async fn list_calendars(
     tag = "calendars",
     summary = "Get a calendar",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Calendar code, such as cn-workdays")),
+    params(("code" = String, Path, description = "Calendar code, such as cn-workdays: 1–64 lower-case letters, digits, `_` or `-`; another names no calendar (404)", pattern = r"^[a-z0-9_-]{1,64}$", max_length = 64)),
     responses(
-        (status = 200, body = CalendarDto),
+        (status = 200, description = "The calendar with every date, and for the built-in one the notices it is made of", body = CalendarDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -169,6 +207,9 @@ pub async fn get_calendar(
     if let Some(cal) = builtin::find(&code) {
         return Ok(HttpResponse::Ok().json(CalendarDto::builtin(&cal, lang)));
     }
+    if !user::valid_code(&code) {
+        return Err(not_found(lang, &code));
+    }
     let record = state
         .store
         .calendars()
@@ -185,10 +226,23 @@ pub async fn get_calendar(
     summary = "Create a calendar",
     description = "A named list of dates, each a `holiday` (a day off, even on a weekday) or a `workday` (a working day, even on a weekend). Without firstYear/lastYear the calendar has data for the years of its first and last date. Audited as `calendar.create`.",
     security(("bearer" = [])),
-    request_body = CalendarWrite,
+    request_body(
+        content = CalendarCreate,
+        example = json!({
+            "code": "acme-2026",
+            "name": "公司日历",
+            "description": "Company days off and the Saturday made up for them",
+            "firstYear": 2026,
+            "lastYear": 2026,
+            "dates": [
+                {"date": "2026-12-24", "kind": "holiday", "name": "平安夜"},
+                {"date": "2026-12-26", "kind": "workday", "name": "平安夜调休"}
+            ]
+        })
+    ),
     responses(
-        (status = 201, body = CalendarDto),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 201, description = "The calendar, created (version 1)", body = CalendarDto),
+        (status = 400, description = "A field is invalid: `errors` names each (`code`, `name`, `dates[3].kind`, …) and says what is allowed; dates must be distinct and inside `firstYear`–`lastYear`, given both or neither, and the code must not be a built-in one", body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The code is taken", body = Problem, content_type = "application/problem+json"),
@@ -243,11 +297,23 @@ pub async fn create_calendar(
     summary = "Replace a calendar",
     description = "The body is a whole calendar, as for `POST`, without `code` but with the `version` it was based on (409 when stale). Absent optional fields become empty. Built-in calendars are read-only (409). Audited as `calendar.modify`.",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Calendar code")),
-    request_body = CalendarWrite,
+    params(("code" = String, Path, description = "Calendar code, such as cn-workdays: 1–64 lower-case letters, digits, `_` or `-`; another names no calendar (404)", pattern = r"^[a-z0-9_-]{1,64}$", max_length = 64)),
+    request_body(
+        content = CalendarUpdate,
+        example = json!({
+            "version": 1,
+            "name": "公司日历",
+            "firstYear": 2026,
+            "lastYear": 2026,
+            "dates": [
+                {"date": "2026-12-24", "kind": "holiday", "name": "平安夜"},
+                {"date": "2026-12-31", "kind": "holiday", "name": "年末"}
+            ]
+        })
+    ),
     responses(
-        (status = 200, body = CalendarDto),
-        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The calendar as saved, with its new version", body = CalendarDto),
+        (status = 400, description = "A field is invalid: `errors` names each (`version`, `name`, `dates[3].kind`, …) and says what is allowed", body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -267,28 +333,21 @@ pub async fn update_calendar(
     if builtin::is_builtin(&code) {
         return Err(read_only(lang, &code));
     }
+    if !user::valid_code(&code) {
+        return Err(not_found(lang, &code));
+    }
     let body = body_object(lang, body.into_inner())?;
-    let version = match body.get("version") {
-        Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v > 0) => n.as_i64().unwrap_or(0),
-        Some(_) => {
-            return Err(ApiError::field(
-                lang,
-                "version",
-                "version 应为正整数",
-                "version must be a positive integer",
-            ));
-        }
-        None => {
-            return Err(ApiError::field(
-                lang,
-                "version",
-                "必填：请带上修改前读到的 version",
-                "Required: send the version the edit is based on",
-            ));
+    // Every bad field in one answer: the version's problem with the rest.
+    let version = version_of(&body);
+    let spec = user::validate(&body, Some(&code));
+    let (version, spec) = match (version, spec) {
+        (Ok(version), Ok(spec)) => (version, spec),
+        (version, spec) => {
+            let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
+            errors.extend(field_errors(spec.err().unwrap_or_default()));
+            return Err(ApiError::validation(lang, errors));
         }
     };
-    let spec = user::validate(&body, Some(&code))
-        .map_err(|e| ApiError::validation(lang, field_errors(e)))?;
     let (before, after) = state
         .store
         .calendars()
@@ -320,7 +379,7 @@ pub async fn update_calendar(
     summary = "Delete a calendar",
     description = "Built-in calendars are read-only (409). Audited as `calendar.delete`.",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Calendar code")),
+    params(("code" = String, Path, description = "Calendar code, such as cn-workdays: 1–64 lower-case letters, digits, `_` or `-`; another names no calendar (404)", pattern = r"^[a-z0-9_-]{1,64}$", max_length = 64)),
     responses(
         (status = 204, description = "Deleted"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -340,6 +399,9 @@ pub async fn delete_calendar(
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
         return Err(read_only(lang, &code));
+    }
+    if !user::valid_code(&code) {
+        return Err(not_found(lang, &code));
     }
     // Jobs do not name calendars yet (the engine integration of issue 11
     // adds the column); once they do, a calendar a job uses must be refused

@@ -4,7 +4,6 @@
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
 use chrono_tz::Tz;
-use qiwu_domain::calendar::CalendarRule;
 use qiwu_domain::job::{FieldError, JobProblem};
 use qiwu_domain::schedule::{Schedule, ScheduleError};
 use qiwu_domain::{CronExpr, Lang};
@@ -15,9 +14,6 @@ use crate::dto::{CronPreviewRequest, CronPreviewResponse, in_zone};
 use crate::error::{ApiError, Problem, ProblemFieldText, Text};
 use crate::routes::calendars::find_calendar;
 use crate::state::AppState;
-
-/// Most fire times one preview lists.
-const MAX_PREVIEW: u32 = 50;
 
 /// A domain field error as a 400.
 fn field_error(lang: Lang, field: &str, problem: JobProblem) -> ApiError {
@@ -41,9 +37,21 @@ fn field_error(lang: Lang, field: &str, problem: JobProblem) -> ApiError {
     summary = "Preview a cron expression",
     description = "With `calendar` and `calendarRule`, the times follow the calendar (the cron gives the times of day, the calendar the days, by the date in `timezone`), and `calendarEffect` lists the dates the calendar removed or added compared with the plain week. A cron whose day-of-week field is not `*` with `workdays` or `holidays` is answered `valid: false`.",
     security(("bearer" = [])),
-    request_body = CronPreviewRequest,
+    request_body(
+        content = CronPreviewRequest,
+        examples(
+            ("weekdays" = (
+                summary = "9:00 Monday to Friday in Shanghai",
+                value = json!({"cron": "0 0 9 * * 1-5", "timezone": "Asia/Shanghai", "count": 3})
+            )),
+            ("workdays" = (
+                summary = "9:00 on China's working days over the 2026 Spring Festival",
+                value = json!({"cron": "0 0 9 * * *", "timezone": "Asia/Shanghai", "from": "2026-02-13T00:00:00+08:00", "count": 5, "calendar": "cn-workdays", "calendarRule": "workdays"})
+            ))
+        )
+    ),
     responses(
-        (status = 200, body = CronPreviewResponse),
+        (status = 200, description = "The description and next fire times, or `valid: false` and why", body = CronPreviewResponse),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
     )
@@ -52,19 +60,11 @@ fn field_error(lang: Lang, field: &str, problem: JobProblem) -> ApiError {
 pub async fn preview(
     state: web::Data<AppState>,
     who: Principal,
-    body: web::Json<CronPreviewRequest>,
+    body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     let lang = who.lang;
-    let body = body.into_inner();
+    let body = CronPreviewRequest::read(lang, body.into_inner())?;
     let count = body.count.unwrap_or(5);
-    if !(1..=MAX_PREVIEW).contains(&count) {
-        return Err(ApiError::field(
-            lang,
-            "count",
-            format!("count 的取值范围是 1–{MAX_PREVIEW}"),
-            format!("count must be between 1 and {MAX_PREVIEW}"),
-        ));
-    }
     let tz = match body
         .timezone
         .as_deref()
@@ -86,21 +86,7 @@ pub async fn preview(
         .as_deref()
         .map(str::trim)
         .filter(|c| !c.is_empty());
-    let rule = match body
-        .calendar_rule
-        .as_deref()
-        .map(str::trim)
-        .filter(|r| !r.is_empty())
-    {
-        None => None,
-        Some(r) => Some(CalendarRule::parse(r).ok_or_else(|| {
-            field_error(
-                lang,
-                "calendarRule",
-                JobProblem::UnknownCalendarRule(r.to_string()),
-            )
-        })?),
-    };
+    let rule = body.calendar_rule;
     let calendar = match (calendar_code, rule) {
         (None, None) => None,
         (None, Some(_)) => {

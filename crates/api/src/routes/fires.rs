@@ -6,7 +6,12 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::auth::{Permission, Principal};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, ErrorKind, Problem, Text};
+
+/// What a refused run-once tells the caller to wait: about the time an
+/// instance takes to start queued fires (their poll runs every 5 s).
+const RETRY_AFTER_SECS: u64 = 5;
+use crate::query::Id;
 use crate::state::AppState;
 
 /// The queued fire.
@@ -26,9 +31,12 @@ pub struct RunOnceAccepted {
     tag = "jobs",
     summary = "Run a job once",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Job id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
     responses(
-        (status = 202, body = RunOnceAccepted),
+        (status = 202, description = "Queued: the fire runs with the saved params; see the run log for the result", body = RunOnceAccepted),
+        (status = 429, description = "The job already has `QIWU_MAX_PENDING_RUN_ONCE` run-once fires waiting; try again after `Retry-After` seconds",
+            body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u32, description = "Seconds to wait before asking again"))),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -38,11 +46,11 @@ pub struct RunOnceAccepted {
 pub async fn run_once(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let job = state
         .store
         .jobs()
@@ -50,6 +58,32 @@ pub async fn run_once(
         .await
         .map_err(|e| ApiError::storage(lang, e))?
         .ok_or_else(|| ApiError::job_not_found(lang, id))?;
+    // Bound the queue: each pending fire becomes a task when an instance
+    // takes it. Counting first lets a few concurrent requests pass the
+    // bound together, which is harmless; an unbounded queue is not.
+    let pending = state
+        .store
+        .fires()
+        .pending_count(job.id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    if pending >= state.max_pending_run_once {
+        let limit = state.max_pending_run_once;
+        return Err(ApiError::new(
+            lang,
+            ErrorKind::TooManyRequests {
+                text: Text::new(
+                    format!(
+                        "任务 {id} 已有 {pending} 次“执行一次”在排队（上限 {limit}）：请等它们开始后再试"
+                    ),
+                    format!(
+                        "Job {id} already has {pending} run-once fires waiting (at most {limit}): try again once they have started"
+                    ),
+                ),
+                retry_after_secs: RETRY_AFTER_SECS,
+            },
+        ));
+    }
     let fire_id = state
         .store
         .fires()

@@ -14,7 +14,7 @@ use crate::state::AppState;
     summary = "List job groups",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<GroupDto>),
+        (status = 200, description = "Every job group, built-in ones first", body = Vec<GroupDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -50,9 +50,9 @@ fn valid_code(code: &str) -> bool {
     tag = "job-groups",
     summary = "Create a job group",
     security(("bearer" = [])),
-    request_body = GroupCreate,
+    request_body(content = GroupCreate, example = json!({"code": "ops", "labelZh": "运维", "labelEn": "Operations"})),
     responses(
-        (status = 201, body = GroupDto),
+        (status = 201, description = "The group, created", body = GroupDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -63,11 +63,11 @@ fn valid_code(code: &str) -> bool {
 pub async fn create_group(
     state: web::Data<AppState>,
     who: Principal,
-    body: web::Json<GroupCreate>,
+    body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
-    let body = body.into_inner();
+    let body = GroupCreate::read(lang, body.into_inner())?;
     let code = body.code.trim();
     let label_zh = body.label_zh.trim();
     let label_en = body.label_en.as_deref().map(str::trim).unwrap_or(label_zh);
@@ -80,6 +80,21 @@ pub async fn create_group(
                 "A group code is 1–64 lower-case letters, digits, _ or -",
             ),
         ));
+    }
+    let labels = [
+        ("labelZh", body.label_zh.as_str()),
+        ("labelEn", body.label_en.as_deref().unwrap_or_default()),
+    ];
+    for (field, raw) in labels {
+        if qiwu_domain::job::has_control(raw) {
+            errors.push(crate::error::ProblemFieldText::new(
+                field,
+                Text::new(
+                    "名称不能包含控制字符（换行、制表符等 U+0000–U+001F、U+007F）",
+                    "A label must not contain control characters (line breaks, tabs and the rest of U+0000–U+001F, U+007F)",
+                ),
+            ));
+        }
     }
     for (field, label) in [("labelZh", label_zh), ("labelEn", label_en)] {
         if label.is_empty() || label.chars().count() > 64 {

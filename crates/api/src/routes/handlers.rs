@@ -13,7 +13,7 @@ use crate::state::AppState;
     summary = "List registered handlers",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<HandlerDto>),
+        (status = 200, description = "Every registered handler", body = Vec<HandlerDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )

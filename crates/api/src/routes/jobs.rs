@@ -12,13 +12,13 @@ use serde_json::{Map, Value, json};
 use crate::audit::{self, Action, Target, job_json};
 use crate::auth::{Permission, Principal};
 use crate::dto::{
-    EnabledWrite, IdList, JobDetailDto, JobDto, JobPage, JobQuery, JobWrite, RunSummaryDto, in_zone,
+    EnabledWrite, IdList, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate,
+    RecentRunDto, in_zone,
 };
 use crate::error::{ApiError, Problem, ProblemFieldText};
+use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::state::AppState;
 
-const DEFAULT_PAGE_SIZE: u64 = 20;
-const MAX_PAGE_SIZE: u64 = 100;
 /// Runs shown in a job's detail.
 const RECENT_RUNS: u64 = 10;
 
@@ -29,7 +29,7 @@ const RECENT_RUNS: u64 = 10;
     security(("bearer" = [])),
     params(JobQuery),
     responses(
-        (status = 200, body = JobPage),
+        (status = 200, description = "A page of jobs, ordered by id", body = JobPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -44,31 +44,13 @@ pub async fn list_jobs(
     who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let q = query.into_inner();
-    let page = q.page.unwrap_or(1);
-    let page_size = q.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
-    if page == 0 {
-        return Err(ApiError::field(
-            lang,
-            "page",
-            "page 从 1 开始",
-            "page starts at 1",
-        ));
-    }
-    if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
-        return Err(ApiError::field(
-            lang,
-            "pageSize",
-            format!("pageSize 的取值范围是 1–{MAX_PAGE_SIZE}"),
-            format!("pageSize must be between 1 and {MAX_PAGE_SIZE}"),
-        ));
-    }
-    let blank_to_none =
-        |s: Option<String>| s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let page = query::page(lang, q.page)?;
+    let page_size = query::page_size(lang, "pageSize", q.page_size)?;
     let filter = JobFilter {
-        name: blank_to_none(q.name),
-        group: blank_to_none(q.group),
-        handler: blank_to_none(q.handler),
-        enabled: q.enabled,
+        name: query::text(q.name),
+        group: query::text(q.group),
+        handler: query::text(q.handler),
+        enabled: query::boolean(lang, "enabled", q.enabled)?,
     };
     let (items, total) = state
         .store
@@ -162,9 +144,13 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
     tag = "jobs",
     summary = "Create a job",
     security(("bearer" = [])),
-    request_body = JobWrite,
+    request_body(
+        content = JobCreate,
+        description = "The new job; absent fields take their defaults",
+        example = json!({"name": "nightly echo", "handler": "demo.echo", "cron": "0 30 3 * * *", "params": {"message": "hi"}})
+    ),
     responses(
-        (status = 201, body = JobDto),
+        (status = 201, description = "The job, created; `Location` names it", body = JobDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -229,9 +215,9 @@ fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
     tag = "jobs",
     summary = "Job detail",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Job id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
     responses(
-        (status = 200, body = JobDetailDto),
+        (status = 200, description = "The job with its cron description, next fire times and recent runs", body = JobDetailDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -241,11 +227,11 @@ fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
 pub async fn get_job(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskView])?;
     let lang = who.lang;
-    let job = load(&state, lang, id.into_inner()).await?;
+    let job = load(&state, lang, id.into_inner().0).await?;
     let tz = job_zone(&state, &job);
     let (cron_description, next_fire_times) = match CronExpr::parse(&job.cron) {
         Ok(cron) => (
@@ -269,7 +255,7 @@ pub async fn get_job(
             .recent_for_job(job.id, RECENT_RUNS)
             .await
             .map_err(|e| ApiError::storage(lang, e))?;
-        Some(runs.into_iter().map(RunSummaryDto::new).collect())
+        Some(runs.into_iter().map(RecentRunDto::new).collect())
     } else {
         None
     };
@@ -288,10 +274,14 @@ pub async fn get_job(
     tag = "jobs",
     summary = "Update a job",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Job id")),
-    request_body = JobWrite,
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
+    request_body(
+        content = JobUpdate,
+        description = "The version the edit is based on and the fields to change",
+        example = json!({"version": 1, "cron": "0 */10 * * * *"})
+    ),
     responses(
-        (status = 200, body = JobDto),
+        (status = 200, description = "The job, changed", body = JobDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -303,21 +293,28 @@ pub async fn get_job(
 pub async fn update_job(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let body = body_object(lang, body.into_inner())?;
     let version = match body.get("version") {
-        Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v > 0) => n.as_i64().unwrap_or(0),
+        Some(Value::Number(n))
+            if n.as_i64()
+                .is_some_and(|v| (1..=MAX_SAFE_INTEGER).contains(&v)) =>
+        {
+            n.as_i64().unwrap_or(0)
+        }
         Some(_) => {
             return Err(ApiError::field(
                 lang,
                 "version",
-                "version 应为正整数",
-                "version must be a positive integer",
+                format!("version 应为 1–{MAX_SAFE_INTEGER} 的整数：修改前读到的版本号"),
+                format!(
+                    "version must be a whole number from 1 to {MAX_SAFE_INTEGER}: the version the edit is based on"
+                ),
             ));
         }
         None => {
@@ -332,6 +329,18 @@ pub async fn update_job(
     let current = load(&state, lang, id).await?;
     let mut input = writable(&current);
     input.extend(body);
+    // The manual's rule for a new handler: params that are empty or still
+    // the old handler's defaults become the new handler's defaults.
+    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
+        && let Some(params) = job::params_for_new_handler(
+            input.get("params"),
+            &current.handler,
+            new_handler.trim(),
+            &state.catalog,
+        )
+    {
+        input.insert("params".into(), params);
+    }
     // A built-in job echoed back under its translated name keeps its
     // original name, so that it keeps following the reader's language.
     if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
@@ -377,10 +386,10 @@ pub async fn update_job(
     tag = "jobs",
     summary = "Enable or disable a job",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Job id")),
-    request_body = EnabledWrite,
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
+    request_body(content = EnabledWrite, example = json!({"enabled": false})),
     responses(
-        (status = 200, body = JobDto),
+        (status = 200, description = "The job, with its new enabled state", body = JobDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -392,13 +401,13 @@ pub async fn update_job(
 pub async fn set_enabled(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
-    body: web::Json<EnabledWrite>,
+    id: web::Path<Id>,
+    body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskModify])?;
     let lang = who.lang;
-    let id = id.into_inner();
-    let body = body.into_inner();
+    let id = id.into_inner().0;
+    let body = EnabledWrite::read(lang, body.into_inner())?;
     // Read first: the audit entry keeps the job as it was.
     let before = load(&state, lang, id).await?;
     let job = state
@@ -439,7 +448,7 @@ pub async fn set_enabled(
     tag = "jobs",
     summary = "Delete a job",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Job id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -451,11 +460,11 @@ pub async fn set_enabled(
 pub async fn delete_job(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let deleted = state
         .store
         .jobs()
@@ -476,7 +485,7 @@ pub async fn delete_job(
     tag = "jobs",
     summary = "Delete several jobs",
     security(("bearer" = [])),
-    request_body = IdList,
+    request_body(content = IdList, example = json!({"ids": [4, 5]})),
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -488,11 +497,11 @@ pub async fn delete_job(
 pub async fn batch_delete(
     state: web::Data<AppState>,
     who: Principal,
-    body: web::Json<IdList>,
+    body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
     let lang = who.lang;
-    let ids = body.into_inner().checked(lang)?;
+    let ids = IdList::read(lang, body.into_inner())?;
     let deleted = state
         .store
         .jobs()

@@ -10,10 +10,8 @@ use qiwu_storage::NotificationCursor;
 use crate::auth::Principal;
 use crate::error::{ApiError, Problem};
 use crate::notify_dto::{NotificationDto, NotificationPage, NotificationQuery, ReadAllDto};
+use crate::query::{self, Id};
 use crate::state::AppState;
-
-const DEFAULT_LIMIT: u64 = 20;
-const MAX_LIMIT: u64 = 100;
 
 /// Lists the inbox, newest first, a page at a time.
 #[utoipa::path(
@@ -22,7 +20,7 @@ const MAX_LIMIT: u64 = 100;
     security(("bearer" = [])),
     params(NotificationQuery),
     responses(
-        (status = 200, body = NotificationPage),
+        (status = 200, description = "A page of the inbox, newest first, with the unread count", body = NotificationPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -37,16 +35,9 @@ pub async fn list_notifications(
     who.require_super_admin()?;
     let lang = who.lang;
     let q = query.into_inner();
-    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::field(
-            lang,
-            "limit",
-            format!("limit 的取值范围是 1–{MAX_LIMIT}"),
-            format!("limit must be between 1 and {MAX_LIMIT}"),
-        ));
-    }
-    let cursor = match q.cursor.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+    let unread = query::boolean(lang, "unread", q.unread)?.unwrap_or(false);
+    let limit = query::limit(lang, q.limit)?;
+    let cursor = match query::text(q.cursor).as_deref() {
         None => None,
         Some(c) => Some(NotificationCursor::parse(c).ok_or_else(|| {
             ApiError::field(
@@ -59,7 +50,7 @@ pub async fn list_notifications(
     };
     let inbox = state.store.notifications();
     let page = inbox
-        .list(SUPER_ADMINS, q.unread.unwrap_or(false), limit, cursor)
+        .list(SUPER_ADMINS, unread, limit, cursor)
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
     let unread_count = inbox
@@ -78,9 +69,9 @@ pub async fn list_notifications(
     tag = "notifications",
     summary = "Mark a notification read",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Notification id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Notification id")),
     responses(
-        (status = 200, body = NotificationDto),
+        (status = 200, description = "The notification, now read", body = NotificationDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -90,11 +81,11 @@ pub async fn list_notifications(
 pub async fn read_notification(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let read = state
         .store
         .notifications()
@@ -117,7 +108,7 @@ pub async fn read_notification(
     summary = "Mark all notifications read",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = ReadAllDto),
+        (status = 200, description = "How many notifications were marked read", body = ReadAllDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )

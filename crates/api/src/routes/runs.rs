@@ -13,7 +13,7 @@ use crate::dto::{
 };
 use crate::error::{ApiError, Problem};
 use crate::export::{self, MAX_EXPORT_ROWS};
-use crate::query;
+use crate::query::{self, Id};
 use crate::state::AppState;
 
 const STATUSES: [&str; 5] = ["running", "success", "failed", "skipped", "timeout"];
@@ -68,7 +68,7 @@ fn filter_json(f: &RunFilter) -> serde_json::Value {
     security(("bearer" = [])),
     params(RunQuery),
     responses(
-        (status = 200, body = RunPage),
+        (status = 200, description = "A page of the run log, newest first", body = RunPage),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -185,9 +185,9 @@ pub async fn export_runs(
     tag = "runs",
     summary = "Run detail",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Run id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Run id")),
     responses(
-        (status = 200, body = RunDetailDto),
+        (status = 200, description = "The run with its output and error", body = RunDetailDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -197,11 +197,11 @@ pub async fn export_runs(
 pub async fn get_run(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunView])?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let run = state
         .store
         .runs()
@@ -217,7 +217,7 @@ pub async fn get_run(
     tag = "runs",
     summary = "Delete a run",
     security(("bearer" = [])),
-    params(("id" = i64, Path, description = "Run id")),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Run id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
@@ -229,11 +229,11 @@ pub async fn get_run(
 pub async fn delete_run(
     state: web::Data<AppState>,
     who: Principal,
-    id: web::Path<i64>,
+    id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
     let lang = who.lang;
-    let id = id.into_inner();
+    let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
     let run = runs
@@ -271,7 +271,7 @@ pub async fn delete_run(
     tag = "runs",
     summary = "Delete several runs",
     security(("bearer" = [])),
-    request_body = IdList,
+    request_body(content = IdList, example = json!({"ids": [1, 2]})),
     responses(
         (status = 204, description = "Deleted"),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -283,11 +283,11 @@ pub async fn delete_run(
 pub async fn batch_delete_runs(
     state: web::Data<AppState>,
     who: Principal,
-    body: web::Json<IdList>,
+    body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
     let lang = who.lang;
-    let mut ids = body.into_inner().checked(lang)?;
+    let mut ids = IdList::read(lang, body.into_inner())?;
     ids.sort_unstable();
     ids.dedup();
     let deleted = state

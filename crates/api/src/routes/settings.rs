@@ -17,7 +17,7 @@ use crate::state::AppState;
     summary = "List settings",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<SettingDto>),
+        (status = 200, description = "Every setting with its value or default", body = Vec<SettingDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -54,10 +54,10 @@ pub async fn list_settings(
     tag = "settings",
     summary = "Change a setting",
     security(("bearer" = [])),
-    params(("key" = String, Path, description = "Setting key, such as audit.retention_days")),
-    request_body = SettingWrite,
+    params(("key" = crate::schema::SettingKey, Path, description = "Setting key; another is a 404")),
+    request_body(content = SettingWrite, example = json!({"value": "30"})),
     responses(
-        (status = 200, body = SettingDto),
+        (status = 200, description = "The setting with its new value", body = SettingDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -69,7 +69,7 @@ pub async fn update_setting(
     state: web::Data<AppState>,
     who: Principal,
     key: web::Path<String>,
-    body: web::Json<SettingWrite>,
+    body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
@@ -81,18 +81,7 @@ pub async fn update_setting(
             format!("There is no setting {key}: only this service's settings can be changed"),
         ));
     };
-    let raw = match body.into_inner().value {
-        Value::String(s) => s,
-        Value::Number(n) => n.to_string(),
-        _ => {
-            return Err(ApiError::field(
-                lang,
-                "value",
-                "value 必须是字符串",
-                "value must be a string",
-            ));
-        }
-    };
+    let raw = SettingWrite::read(lang, body.into_inner())?;
     let value = match settings::validate(def.key, &raw) {
         Some(Ok(v)) => v,
         Some(Err(problem)) => {

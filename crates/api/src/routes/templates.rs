@@ -27,7 +27,7 @@ fn template_not_found(lang: Lang, code: &str) -> ApiError {
     summary = "List notification templates",
     security(("bearer" = [])),
     responses(
-        (status = 200, body = Vec<TemplateDto>),
+        (status = 200, description = "Every notification template", body = Vec<TemplateDto>),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
     )
@@ -56,9 +56,9 @@ pub async fn list_templates(
     tag = "notification-templates",
     summary = "Notification template detail",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    params(("code" = crate::schema::TemplateCode, Path, description = "Template code; another is a 404")),
     responses(
-        (status = 200, body = TemplateDto),
+        (status = 200, description = "The template", body = TemplateDto),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
@@ -89,10 +89,10 @@ pub async fn get_template(
     tag = "notification-templates",
     summary = "Edit a notification template",
     security(("bearer" = [])),
-    params(("code" = String, Path, description = "Template code, such as scheduler.timeout_alert")),
+    params(("code" = crate::schema::TemplateCode, Path, description = "Template code; another is a 404")),
     request_body = TemplateWrite,
     responses(
-        (status = 200, body = TemplateDto),
+        (status = 200, description = "The template, changed", body = TemplateDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -104,7 +104,7 @@ pub async fn update_template(
     state: web::Data<AppState>,
     who: Principal,
     code: web::Path<String>,
-    body: web::Json<TemplateWrite>,
+    body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
@@ -112,7 +112,7 @@ pub async fn update_template(
     // Only templates this service sends can be edited: their placeholders
     // are known, so an edit can be checked.
     let def = notify::find(&code).ok_or_else(|| template_not_found(lang, &code))?;
-    let body = body.into_inner();
+    let body = TemplateWrite::read(lang, body.into_inner())?;
     let texts = DomainTexts {
         title_zh: &body.title_zh,
         body_zh: &body.body_zh,

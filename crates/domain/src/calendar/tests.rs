@@ -498,6 +498,21 @@ fn user_calendars_are_validated_field_by_field() {
             CalendarProblem::TooLong { max: 64, chars: 65 },
         ),
         (
+            json!({"code": "c", "name": "a\u{0}b"}),
+            "name",
+            CalendarProblem::ControlCharacter,
+        ),
+        (
+            json!({"code": "c", "name": "n", "description": "line\nbreak"}),
+            "description",
+            CalendarProblem::ControlCharacter,
+        ),
+        (
+            json!({"code": "c", "name": "n", "dates": [{"date": "2026-02-03", "kind": "holiday", "name": "\u{7f}"}]}),
+            "dates[0].name",
+            CalendarProblem::ControlCharacter,
+        ),
+        (
             json!({"code": "c", "name": "n", "colour": "red"}),
             "colour",
             CalendarProblem::UnknownField,

@@ -91,6 +91,9 @@ pub enum CalendarProblem {
         max: usize,
         chars: usize,
     },
+    /// A control character (U+0000–U+001F, U+007F): it breaks lists,
+    /// exports and logs, and PostgreSQL refuses U+0000.
+    ControlCharacter,
     BadCode,
     BuiltinCode(String),
     NotADate(String),
@@ -140,6 +143,12 @@ impl CalendarFieldError {
             (P::TooLong { max, chars }, Lang::Zh) => format!("最多 {max} 个字，现在是 {chars} 个"),
             (P::TooLong { max, chars }, Lang::En) => {
                 format!("At most {max} characters, got {chars}")
+            }
+            (P::ControlCharacter, Lang::Zh) => {
+                "不能包含控制字符（换行、制表符等 U+0000–U+001F、U+007F）".into()
+            }
+            (P::ControlCharacter, Lang::En) => {
+                "Must not contain control characters (line breaks, tabs and the rest of U+0000–U+001F, U+007F)".into()
             }
             (P::BadCode, Lang::Zh) => "日历编码为 1–64 个小写字母、数字、_ 或 -".into(),
             (P::BadCode, Lang::En) => {
@@ -376,6 +385,13 @@ fn text_at(
             None
         }
         None | Some(Value::Null) => Some(String::new()),
+        Some(Value::String(s)) if crate::job::has_control(s) => {
+            errors.push(CalendarFieldError::new(
+                field,
+                CalendarProblem::ControlCharacter,
+            ));
+            None
+        }
         Some(Value::String(s)) => {
             let s = s.trim();
             let chars = s.chars().count();

@@ -203,6 +203,31 @@ fn rejects_each_limit_naming_the_field() {
             "retry_count",
             JobProblem::UnknownField,
         ),
+        (
+            json!({"name": "a\u{0}b"}),
+            "name",
+            JobProblem::ControlCharacter,
+        ),
+        (
+            json!({"name": "nightly\n"}),
+            "name",
+            JobProblem::ControlCharacter,
+        ),
+        (
+            json!({"name": "tab\there"}),
+            "name",
+            JobProblem::ControlCharacter,
+        ),
+        (
+            json!({"remark": "del\u{7f}"}),
+            "remark",
+            JobProblem::ControlCharacter,
+        ),
+        (
+            json!({"remark": "line one\r\nline two"}),
+            "remark",
+            JobProblem::ControlCharacter,
+        ),
     ];
     for (patch, field, problem) in cases {
         let errors = validate(&input(patch.clone()), &catalog(), &groups()).expect_err("invalid");
@@ -531,5 +556,110 @@ fn time_rule_messages_say_what_to_do() {
         };
         assert_eq!(e.message(Lang::Zh), zh);
         assert_eq!(e.message(Lang::En), en);
+    }
+}
+
+#[test]
+fn control_characters_are_only_c0_and_del() {
+    let cases = [
+        ("plain", false),
+        ("名字 · 备注", false),
+        ("\u{80}\u{85}\u{a0}", false),
+        ("\u{0}", true),
+        ("\u{1f}", true),
+        ("x\u{7f}", true),
+        ("\t", true),
+    ];
+    for (text, control) in cases {
+        assert_eq!(has_control(text), control, "{text:?}");
+    }
+}
+
+/// Two handlers with different defaults, for the handler-change rule.
+fn two_handlers() -> HandlerCatalog {
+    let echo = HandlerDescriptor::new(
+        "demo.echo",
+        ("回显", "Echo"),
+        ("", ""),
+        json!({"type": "object", "properties": {
+            "message": {"type": "string", "default": "hello"},
+            "delayMs": {"type": "integer", "default": 0}
+        }}),
+    )
+    .expect("echo");
+    let purge = HandlerDescriptor::new(
+        "audit.purge",
+        ("清理", "Purge"),
+        ("", ""),
+        json!({"type": "object", "properties": {"batch": {"type": "integer", "default": 5000}}}),
+    )
+    .expect("purge");
+    HandlerCatalog::new([echo, purge]).expect("catalog")
+}
+
+#[test]
+fn changing_the_handler_swaps_empty_or_default_params() {
+    let catalog = two_handlers();
+    let swapped = Some(json!({}));
+    let cases: Vec<(Option<Value>, &str, &str, Option<Value>)> = vec![
+        // The same handler: params are never touched.
+        (Some(json!({})), "demo.echo", "demo.echo", None),
+        // Empty in any spelling: the new handler's defaults.
+        (None, "demo.echo", "audit.purge", swapped.clone()),
+        (
+            Some(Value::Null),
+            "demo.echo",
+            "audit.purge",
+            swapped.clone(),
+        ),
+        (Some(json!({})), "demo.echo", "audit.purge", swapped.clone()),
+        (
+            Some(json!("  ")),
+            "demo.echo",
+            "audit.purge",
+            swapped.clone(),
+        ),
+        (
+            Some(json!("{}")),
+            "demo.echo",
+            "audit.purge",
+            swapped.clone(),
+        ),
+        // Still the old handler's defaults, as an object or as text.
+        (
+            Some(json!({"message": "hello", "delayMs": 0})),
+            "demo.echo",
+            "audit.purge",
+            swapped.clone(),
+        ),
+        (
+            Some(json!("{\"delayMs\": 0, \"message\": \"hello\"}")),
+            "demo.echo",
+            "audit.purge",
+            swapped.clone(),
+        ),
+        // Edited params are the user's: kept, and checked against the new schema.
+        (
+            Some(json!({"message": "hi", "delayMs": 0})),
+            "demo.echo",
+            "audit.purge",
+            None,
+        ),
+        (Some(json!({"batch": 10})), "demo.echo", "audit.purge", None),
+        // An old handler that is gone has no defaults to compare with.
+        (Some(json!({"x": 1})), "gone.handler", "demo.echo", None),
+        (
+            Some(json!({})),
+            "gone.handler",
+            "demo.echo",
+            swapped.clone(),
+        ),
+    ];
+    for (params, old, new, want) in cases {
+        assert_eq!(
+            params_for_new_handler(params.as_ref(), old, new, &catalog),
+            want,
+            "{params:?} {old} → {new}"
+        );
     }
 }

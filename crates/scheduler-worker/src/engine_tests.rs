@@ -1,0 +1,689 @@
+//! The engine in process, on tokio's paused clock, against a real SQLite
+//! database (and a real Redis server where a lock is the point).
+//!
+//! The clock is driven by hand: a blocking task held for the whole test
+//! keeps tokio from auto-advancing while the database or Redis answers (on
+//! a paused clock an I/O wait would otherwise jump time forward to the next
+//! timer), and the test steps the clock only once the engine's database
+//! work has settled (no statement of the engine ran during a few round
+//! trips of the test's own). So the engine's time moves as if its queries
+//! took no time, and the outcomes below are those of the timings the test
+//! sets up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use qiwu_domain::HandlerDescriptor;
+use qiwu_storage::entity::run;
+use qiwu_storage::{NewJob, Store};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Statement};
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::clock::{Clock, TokioClock};
+use crate::cluster::ClusterConfig;
+use crate::context::RunContext;
+use crate::engine::{Command, Engine, EngineConfig, EngineHandle};
+use crate::handlers::{Handler, HandlerFuture, Registry};
+use crate::test_support::{TestStore, test_store};
+use crate::texts;
+
+/// How far the test moves the clock per step.
+const STEP: Duration = Duration::from_millis(10);
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-30T10:00:00.000Z")
+        .expect("time")
+        .with_timezone(&Utc)
+}
+
+/// Sleeps `ms` and returns, ignoring the stop signal.
+struct Stubborn;
+
+impl Handler for Stubborn {
+    fn run(&self, params: Map<String, Value>, _ctx: RunContext) -> HandlerFuture {
+        let ms = params.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok("done".to_string())
+        })
+    }
+}
+
+/// Fails at once with a 10 000-character error.
+struct Failing;
+
+impl Handler for Failing {
+    fn run(&self, _params: Map<String, Value>, _ctx: RunContext) -> HandlerFuture {
+        Box::pin(async { Err("x".repeat(10_000)) })
+    }
+}
+
+fn registry() -> Registry {
+    let descriptor = |name: &str| {
+        HandlerDescriptor::new(
+            name,
+            ("测试", "Test"),
+            ("", ""),
+            json!({"type": "object", "properties": {"ms": {"type": "integer", "default": 0}}}),
+        )
+        .expect("descriptor")
+    };
+    Registry::new([
+        (
+            descriptor("test.stubborn"),
+            Arc::new(Stubborn) as Arc<dyn Handler>,
+        ),
+        (
+            descriptor("test.failing"),
+            Arc::new(Failing) as Arc<dyn Handler>,
+        ),
+    ])
+    .expect("registry")
+}
+
+fn job(name: &str, handler: &str, cron: &str) -> NewJob {
+    NewJob {
+        name: name.into(),
+        group: "default".into(),
+        handler: handler.into(),
+        params: json!({}),
+        cron: cron.into(),
+        timezone: None,
+        enabled: true,
+        retry_count: 0,
+        retry_interval_ms: 1000,
+        timeout_ms: 0,
+        allow_concurrent: false,
+        misfire_policy: "skip".into(),
+        remark: String::new(),
+        builtin_key: None,
+    }
+}
+
+/// While held, tokio does not auto-advance the paused clock (taken first
+/// thing in every test, before any database or Redis connection), and no
+/// other engine test runs: each steps its clock only when its engine is
+/// idle, which a machine busy with the others would blur.
+struct Hold {
+    _release: std::sync::mpsc::Sender<()>,
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+}
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn hold_clock() -> Hold {
+    let one_at_a_time = ONE_AT_A_TIME.lock().await;
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    tokio::task::spawn_blocking(move || {
+        let _ = held.recv();
+    });
+    Hold {
+        _release: release,
+        _one_at_a_time: one_at_a_time,
+    }
+}
+
+/// A running engine and the means to drive and read it.
+struct Harness {
+    store: TestStore,
+    handle: EngineHandle,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), crate::WorkerError>>,
+    clock: Arc<TokioClock>,
+    /// Statements the engine has sent.
+    statements: Arc<std::sync::atomic::AtomicU64>,
+    /// Dropping it ends the blocking task that keeps time from jumping.
+    _hold: Hold,
+}
+
+impl Harness {
+    /// Starts an engine at `t0()` on a fresh store holding `jobs`, created
+    /// `created_ago` before `t0()`.
+    async fn start(
+        hold: Hold,
+        jobs: &[NewJob],
+        created_ago: chrono::Duration,
+        cluster: Option<ClusterConfig>,
+    ) -> (Harness, Vec<i64>) {
+        let store = test_store().await;
+        let mut ids = Vec::new();
+        for j in jobs {
+            ids.push(
+                store
+                    .jobs()
+                    .create(j, "t", t0() - created_ago)
+                    .await
+                    .expect("job")
+                    .id,
+            );
+        }
+        let clock = Arc::new(TokioClock::starting_at(t0()));
+        let statements = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut counted = store.store.clone();
+        let counter = Arc::clone(&statements);
+        counted.on_statement(move |_, _| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let (engine, handle) = Engine::new(
+            counted,
+            registry(),
+            EngineConfig {
+                instance: "test-1".into(),
+                timezone: chrono_tz::UTC,
+                shutdown_grace: Duration::from_secs(10),
+                reconcile_every: Duration::from_secs(60),
+                close_all_running_at_start: cluster.is_none(),
+                misfire_threshold: Duration::from_secs(5),
+                max_in_flight: 100,
+                on_timeout: Arc::new(|_| Box::pin(async {})),
+                cluster,
+            },
+            clock.clone(),
+        );
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(engine.run(stop_rx));
+        let harness = Harness {
+            store,
+            handle,
+            stop,
+            task,
+            clock,
+            statements,
+            _hold: hold,
+        };
+        (harness, ids)
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Moves the clock one step, then waits until the engine's database
+    /// work has settled.
+    async fn step(&self) {
+        tokio::time::advance(STEP).await;
+        let count = || self.statements.load(std::sync::atomic::Ordering::Relaxed);
+        let mut quiet = 0;
+        while quiet < 2 {
+            let before = count();
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+                let _ = self.store.ping().await;
+            }
+            quiet = if count() == before { quiet + 1 } else { 0 };
+        }
+    }
+
+    /// Steps the clock until `done` holds for the job's runs (at most
+    /// `limit` of engine time).
+    async fn until(
+        &self,
+        job: i64,
+        limit: Duration,
+        done: impl Fn(&[run::Model]) -> bool,
+    ) -> Vec<run::Model> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let runs = runs(&self.store, job).await;
+            if done(&runs) {
+                return runs;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "not reached within {limit:?} of engine time: {runs:#?}"
+            );
+            self.step().await;
+        }
+    }
+
+    /// Steps the clock by `by`.
+    async fn pass(&self, by: Duration) {
+        let end = tokio::time::Instant::now() + by;
+        while tokio::time::Instant::now() < end {
+            self.step().await;
+        }
+    }
+
+    async fn run_once(&self, job: i64) {
+        let fire = self
+            .store
+            .fires()
+            .create_manual(job, self.now())
+            .await
+            .expect("queue");
+        self.handle.send(Command::FireQueued(fire));
+    }
+
+    async fn sql(&self, sql: &str) {
+        self.store
+            .connection()
+            .execute_raw(Statement::from_string(
+                sea_orm::DatabaseBackend::Sqlite,
+                sql.to_string(),
+            ))
+            .await
+            .expect(sql);
+    }
+
+    /// Stops the engine and waits for it (stepping the clock through its
+    /// grace period). The store comes back with the clock still held.
+    async fn shut_down(self) -> (Store, Hold) {
+        let _ = self.stop.send(true);
+        while !self.task.is_finished() {
+            self.step().await;
+        }
+        self.task.await.expect("engine task").expect("engine");
+        (self.store.store.clone(), self._hold)
+    }
+}
+
+async fn runs(store: &Store, job: i64) -> Vec<run::Model> {
+    run::Entity::find()
+        .filter(run::Column::JobId.eq(job))
+        .order_by_asc(run::Column::Id)
+        .all(store.connection())
+        .await
+        .expect("runs")
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_is_recorded_at_the_deadline_and_the_slot_held_until_the_handler_returns() {
+    let mut stubborn = job("stubborn", "test.stubborn", "* * * * * *");
+    stubborn.params = json!({"ms": 4500});
+    stubborn.timeout_ms = 500;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    // Fired at 1 s and timed out at 1.5 s, the handler ignores the stop
+    // and returns 4.5 s after it started: every fire until then is skipped,
+    // and the first one after it runs.
+    let runs = h
+        .until(job, Duration::from_secs(20), |runs| {
+            runs.iter().skip(1).any(|r| r.status != "skipped")
+        })
+        .await;
+    let first = &runs[0];
+    assert_eq!(
+        (first.scheduled_at, first.status.as_str()),
+        (ms(t0()) + 1000, "timeout")
+    );
+    // Measured when the test's step reached the deadline.
+    let took = first.duration_ms.unwrap_or(0);
+    assert!(
+        (500..500 + STEP.as_millis() as i64 + 1).contains(&took),
+        "{first:?}"
+    );
+    assert!(first.error.contains("500 ms"), "{first:?}");
+    let returned = first.started_at + 4500;
+    let (during, after): (Vec<_>, Vec<_>) = runs[1..].iter().partition(|r| r.started_at < returned);
+    assert!(during.len() >= 3, "fires while the handler ran: {runs:#?}");
+    assert!(
+        during
+            .iter()
+            .all(|r| r.status == "skipped" && r.output == texts::SKIP_OVERLAP),
+        "{runs:#?}"
+    );
+    assert!(after.iter().any(|r| r.status != "skipped"), "{runs:#?}");
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_are_retried_with_their_interval_and_errors_cut_to_4000_characters() {
+    let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
+    failing.retry_count = 2;
+    failing.retry_interval_ms = 1500;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[failing],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(10), |runs| {
+            runs.len() == 3 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    let attempts: Vec<(i32, &str)> = runs
+        .iter()
+        .map(|r| (r.attempt, r.status.as_str()))
+        .collect();
+    assert_eq!(attempts, [(1, "failed"), (2, "failed"), (3, "failed")]);
+    assert!(
+        runs.iter().all(|r| r.error.chars().count() == 4000),
+        "cut to 4000"
+    );
+    for pair in runs.windows(2) {
+        assert!(pair[1].started_at - pair[0].started_at >= 1500, "{pair:#?}");
+    }
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_fires_overlap_when_allowed() {
+    let mut parallel = job("parallel", "test.stubborn", "* * * * * *");
+    parallel.params = json!({"ms": 2500});
+    parallel.allow_concurrent = true;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[parallel],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "success").count() >= 3
+        })
+        .await;
+    assert!(runs.iter().all(|r| r.status != "skipped"), "{runs:#?}");
+    // Fires a second apart ran 2.5 s each: they overlapped.
+    let (a, b) = (&runs[0], &runs[1]);
+    assert!(
+        b.started_at < a.finished_at.unwrap_or(i64::MAX),
+        "{runs:#?}"
+    );
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn fire_times_missed_before_the_start_are_one_record() {
+    let jobs = [
+        job("skip", "test.stubborn", "* * * * * *"),
+        NewJob {
+            misfire_policy: "run_once".into(),
+            ..job("catch up", "test.stubborn", "*/2 * * * * *")
+        },
+    ];
+    // Both jobs exist since 10 s before the engine starts.
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &jobs,
+        chrono::Duration::seconds(10),
+        None,
+    )
+    .await;
+    let skip = h
+        .until(ids[0], Duration::from_secs(5), |runs| {
+            runs.iter().any(|r| r.trigger == "schedule")
+        })
+        .await;
+    let missed: Vec<_> = skip.iter().filter(|r| r.trigger == "misfire").collect();
+    assert_eq!(missed.len(), 1, "{skip:#?}");
+    assert_eq!(missed[0].status, "skipped");
+    // It stands for every second since the job was created, up to the start.
+    assert!(
+        missed[0].output.contains("2026-11-30 09:59:51 +00:00 至"),
+        "{}",
+        missed[0].output
+    );
+    assert!(missed[0].scheduled_at >= ms(t0()), "{:?}", missed[0]);
+    let caught = h
+        .until(ids[1], Duration::from_secs(5), |runs| {
+            runs.iter()
+                .any(|r| r.trigger == "misfire" && r.status == "success")
+        })
+        .await;
+    assert_eq!(caught.iter().filter(|r| r.trigger == "misfire").count(), 1);
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_database_error_during_claims_leaves_one_record_per_fire_time() {
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[job("tick", "test.stubborn", "* * * * * *")],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    h.until(job, Duration::from_secs(5), |runs| runs.len() >= 2)
+        .await;
+    // The ledger is away for 8 s: no claim can land.
+    h.sql("ALTER TABLE fires RENAME TO fires_away").await;
+    let away = ms(h.now());
+    h.pass(Duration::from_secs(8)).await;
+    h.sql("ALTER TABLE fires_away RENAME TO fires").await;
+    let back = ms(h.now());
+    let runs = h
+        .until(job, Duration::from_secs(15), |runs| {
+            runs.iter().any(|r| r.scheduled_at > back + 2000)
+        })
+        .await;
+    // Every second is covered once: by runs, and one catch-up record for
+    // the seconds no claim could record.
+    let (store, _hold) = h.shut_down().await;
+    let rows = qiwu_storage::entity::fire::Entity::find()
+        .filter(qiwu_storage::entity::fire::Column::JobId.eq(job))
+        .order_by_asc(qiwu_storage::entity::fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .expect("fires");
+    let mut expected = ms(t0()) + 1000;
+    for row in &rows {
+        assert_eq!(row.first_at, Some(expected), "{rows:#?}");
+        expected = row.scheduled_at + 1000;
+    }
+    // The seconds no claim could record are stood for by catch-up records
+    // made after the ledger came back.
+    let catch_ups: Vec<_> = runs.iter().filter(|r| r.trigger == "misfire").collect();
+    assert!(!catch_ups.is_empty(), "{runs:#?}");
+    assert!(
+        catch_ups
+            .iter()
+            .all(|r| r.scheduled_at > away && r.status == "skipped"),
+        "{catch_ups:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_the_database_refuses_becomes_a_short_failure_and_frees_the_slot() {
+    let mut long = job("long", "test.stubborn", "0 0 0 1 1 *");
+    long.params = json!({"ms": 2000});
+    long.enabled = false;
+    let (h, ids) =
+        Harness::start(hold_clock().await, &[long], chrono::Duration::zero(), None).await;
+    let job = ids[0];
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(2), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    // The run log cannot take the end (its table is away) until after the
+    // recorder gave up on the real end.
+    h.sql("ALTER TABLE runs RENAME TO runs_away").await;
+    h.pass(Duration::from_secs(10)).await;
+    h.sql("ALTER TABLE runs_away RENAME TO runs").await;
+    let runs = h
+        .until(job, Duration::from_secs(30), |runs| {
+            runs.first().is_some_and(|r| r.status != "running")
+        })
+        .await;
+    assert_eq!(runs[0].status, "failed");
+    assert_eq!(runs[0].error, qiwu_storage::END_WRITE_FALLBACK);
+    assert!(runs[0].output.is_empty());
+    // The slot is free: the next request runs.
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(10), |runs| {
+        runs.len() == 2 && runs[1].status == "success"
+    })
+    .await;
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_database_holds_the_end_until_it_answers() {
+    use sea_orm::sqlx::{Connection, SqliteConnection};
+    let mut long = job("long", "test.stubborn", "0 0 0 1 1 *");
+    long.params = json!({"ms": 1000});
+    long.enabled = false;
+    let (h, ids) =
+        Harness::start(hold_clock().await, &[long], chrono::Duration::zero(), None).await;
+    let job = ids[0];
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(2), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    // Another connection holds the file's write lock while the run ends.
+    let url = h.store.url();
+    let mut locker = SqliteConnection::connect(&url).await.expect("open");
+    sea_orm::sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    h.pass(Duration::from_secs(3)).await;
+    sea_orm::sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    let runs = h
+        .until(job, Duration::from_secs(30), |runs| {
+            runs.first().is_some_and(|r| r.status != "running")
+        })
+        .await;
+    assert_eq!(
+        (runs[0].status.as_str(), runs[0].output.as_str()),
+        ("success", "done")
+    );
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_closes_what_is_still_running_and_never_retries() {
+    let mut long = job("long", "test.stubborn", "0 0 0 1 1 *");
+    long.params = json!({"ms": 60_000});
+    long.enabled = false;
+    long.retry_count = 3;
+    let (h, ids) =
+        Harness::start(hold_clock().await, &[long], chrono::Duration::zero(), None).await;
+    let job = ids[0];
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(2), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let stopping = tokio::time::Instant::now();
+    let (store, _hold) = h.shut_down().await;
+    // The handler ignores its stop: the grace period (10 s) ends it.
+    assert!(stopping.elapsed() >= Duration::from_secs(10));
+    let runs = runs(&store, job).await;
+    assert_eq!(runs.len(), 1, "never retried: {runs:#?}");
+    assert_eq!(runs[0].status, "failed");
+    assert!(runs[0].error.contains("shut down"), "{:?}", runs[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lock_stops_the_attempt_and_the_slot_waits_for_the_handler() {
+    let hold = hold_clock().await;
+    let mut redis = RedisServer::start();
+    let coord = qiwu_storage::Coord::connect(&redis.url())
+        .await
+        .expect("redis");
+    let cluster = ClusterConfig::new(coord);
+    let mut long = job("locked", "test.stubborn", "0 0 0 1 1 *");
+    long.params = json!({"ms": 30_000});
+    long.enabled = false;
+    let (h, ids) = Harness::start(hold, &[long], chrono::Duration::zero(), Some(cluster)).await;
+    let job = ids[0];
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(5), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    // The winner of the claim takes the lock right after; then Redis goes.
+    while redis
+        .cli(&["EXISTS", &format!("qiwu:lock:job:{job}")])
+        .trim()
+        != "1"
+    {
+        h.step().await;
+    }
+    redis.stop();
+    // The renewal (every third of the 10 s TTL) is not confirmed: the run
+    // is failed, not retried, before the TTL could expire.
+    let runs = h
+        .until(job, Duration::from_secs(15), |runs| {
+            runs.first().is_some_and(|r| r.status != "running")
+        })
+        .await;
+    assert_eq!(runs[0].status, "failed");
+    assert_eq!(runs[0].error, texts::LOCK_LOST);
+    assert!(runs[0].duration_ms.unwrap_or(0) < 10_000, "{:?}", runs[0]);
+    h.shut_down().await;
+}
+
+/// A Redis server of the test's own, so it can be stopped.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let mut server = RedisServer { child, port };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server.stop();
+        panic!("redis-server did not listen on {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli must be installed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
