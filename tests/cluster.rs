@@ -368,3 +368,38 @@ async fn run_once_in_a_cluster_runs_once_and_is_never_a_lost_race() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_rediss_fires_and_locks() {
+    use common::cluster::{TlsRedis, cluster_env, migrate};
+    use common::{Server, TempDir, fresh_database};
+    let redis = TlsRedis::start();
+    let (url, name) = fresh_database(Db::Postgres);
+    migrate(&url, &redis.url());
+    let env = |id: &str| {
+        let mut env = cluster_env(&url, &redis.url(), id);
+        env.push(("SSL_CERT_FILE", redis.ca()));
+        env
+    };
+    let api = Server::spawn(TempDir::new("api"), &["api"], &env("api-1"), true);
+    let worker = Server::spawn(TempDir::new("worker"), &["worker"], &env("w1"), true);
+    let resp = client()
+        .post(api.url("/api/jobs"))
+        .bearer_auth(admin_token())
+        .json(&json!({"name": "over tls", "handler": "demo.echo", "cron": "* * * * * *"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let job: serde_json::Value = resp.json().await.expect("json");
+    let id = job["id"].as_i64().expect("id");
+    let store = qiwu_storage::Store::connect(&url).await.expect("db");
+    // A non-concurrent job takes its Redis lock over TLS for every run.
+    let runs = common::wait_for_runs(&store, id, Duration::from_secs(30), |runs| {
+        runs.iter().filter(|r| r.status == "success").count() >= 2
+    })
+    .await;
+    assert!(runs.iter().all(|r| r.status != "failed"), "{runs:#?}");
+    drop((api, worker, store));
+    common::drop_database(Db::Postgres, &name);
+}

@@ -427,3 +427,43 @@ secret_env = "QIWU_SECRET_SESSIONS"
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_characters_from_other_services_are_stored_on_every_database() {
+    // One service answers 200 with a NUL in its body, the other 500 with
+    // one: output and error are stored with U+FFFD in its place.
+    let sessions = Receiver::start(200, "swept\u{0}3 😀").await;
+    let workflow = Receiver::start(500, "bad\u{0}thing").await;
+    for db in [common::Db::Sqlite, common::Db::Postgres, common::Db::MySql] {
+        let dir = TempDir::new("config");
+        let path = dir.path().join("handlers.toml");
+        std::fs::write(&path, config(&sessions, &workflow)).expect("write the config");
+        let server = Server::start_with(
+            db,
+            &[
+                ("QIWU_CONFIG", &path.display().to_string()),
+                ("QIWU_SECRET_SESSIONS", SESSIONS_SECRET),
+            ],
+        );
+        let store = server.store().await;
+        for (handler, status, field, want) in [
+            ("session.sweep", "success", "output", "swept\u{FFFD}3 😀"),
+            ("wf.task.remind", "failed", "error", "bad\u{FFFD}thing"),
+        ] {
+            let job = builtin_job(&server, handler).await.expect("seeded");
+            let id = job["id"].as_i64().expect("id");
+            run_once(&server, id).await;
+            let runs = wait_for_runs(&store, id, LIMIT, |runs| {
+                runs.first().is_some_and(|r| r.status != "running")
+            })
+            .await;
+            assert_eq!(runs[0].status, status, "{db:?} {handler}: {runs:#?}");
+            let text = if field == "output" {
+                &runs[0].output
+            } else {
+                &runs[0].error
+            };
+            assert!(text.contains(want), "{db:?} {handler}: {text:?}");
+        }
+    }
+}

@@ -100,6 +100,127 @@ impl Drop for Redis {
     }
 }
 
+/// A Redis server that only speaks TLS, with a certificate from a CA made
+/// for the test (`ca` is the file to trust, for `SSL_CERT_FILE`).
+pub struct TlsRedis {
+    child: Child,
+    pub port: u16,
+    dir: TempDir,
+}
+
+impl TlsRedis {
+    pub fn start() -> TlsRedis {
+        let dir = TempDir::new("tls");
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl must be installed");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=qiwu-test-ca",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "redis.key",
+            "-out",
+            "redis.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ]);
+        std::fs::write(
+            dir.path().join("ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("ext");
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "redis.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "redis.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ]);
+        let port = free_port();
+        let file = |name: &str| dir.path().join(name).display().to_string();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--tls-cert-file",
+                &file("redis.crt"),
+                "--tls-key-file",
+                &file("redis.key"),
+                "--tls-ca-cert-file",
+                &file("ca.crt"),
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let redis = TlsRedis { child, port, dir };
+        wait_for_port(port, "redis-server (TLS)");
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.port)
+    }
+
+    /// The CA certificate that signed the server's.
+    pub fn ca(&self) -> String {
+        self.dir.path().join("ca.crt").display().to_string()
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A PostgreSQL server of the test's own, which it may stop, restart and
 /// freeze. `initdb` refuses to run as root, so it runs as `postgres`.
 pub struct Postgres {

@@ -204,15 +204,32 @@ impl Harness {
     /// work has settled.
     async fn step(&self) {
         tokio::time::advance(STEP).await;
+        self.settle().await;
+    }
+
+    /// Waits until the engine's database work has settled: every pooled
+    /// connection idle (a statement or transaction in flight holds one) and
+    /// no statement of the engine ran during a few round trips of ours. A
+    /// statement the test itself keeps waiting (a locked file) would never
+    /// settle, so the wait is bounded.
+    async fn settle(&self) {
         let count = || self.statements.load(std::sync::atomic::Ordering::Relaxed);
+        let pool = self.store.connection().get_sqlite_connection_pool();
         let mut quiet = 0;
-        while quiet < 2 {
+        let mut rounds = 0;
+        while quiet < 3 && rounds < 40 {
+            rounds += 1;
             let before = count();
             for _ in 0..3 {
                 tokio::task::yield_now().await;
                 let _ = self.store.ping().await;
             }
-            quiet = if count() == before { quiet + 1 } else { 0 };
+            let idle = pool.num_idle() == pool.size() as usize;
+            quiet = if idle && count() == before {
+                quiet + 1
+            } else {
+                0
+            };
         }
     }
 
