@@ -135,7 +135,14 @@ impl FireRepo<'_> {
     ) -> Result<Vec<ClaimOutcome>, StorageError> {
         let mut outcomes = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(MAX_BATCH) {
-            let mut claimed = retry_deadlock(|| self.claim_times_once(chunk, ctx)).await?;
+            let mut claimed = match self.store.backend() {
+                Backend::Postgres => {
+                    retry_deadlock(|| self.claim_times_postgres(chunk, ctx)).await?
+                }
+                Backend::MySql | Backend::Sqlite => {
+                    retry_deadlock(|| self.claim_times_once(chunk, ctx)).await?
+                }
+            };
             let missing: Vec<usize> = (0..chunk.len())
                 .filter(|i| !claimed.contains_key(i))
                 .collect();
@@ -267,6 +274,7 @@ impl FireRepo<'_> {
 
     /// Why the claims at `missing` did not land: the job changed (stale),
     /// a record already covers the time (taken), or the chain has a hole.
+    /// One query: each job's state and the tip of its chain.
     async fn why_not_claimed(
         &self,
         claims: &[TimeClaim],
@@ -275,20 +283,43 @@ impl FireRepo<'_> {
         if missing.is_empty() {
             return Ok(HashMap::new());
         }
-        let ids: Vec<i64> = missing.iter().map(|&i| claims[i].job_id).collect();
-        let jobs = jobs_by_id(self.store.connection(), &ids).await?;
-        let tips = self.tips(&ids).await?;
+        let rows = missing
+            .iter()
+            .map(|&i| vec![Value::from(claims[i].job_id)])
+            .collect();
+        let mut sql = Sql::new(self.store.backend());
+        sql.push(
+            "SELECT u.job_id AS job_id, j.enabled AS enabled, j.schedule_from AS schedule_from, \
+                  (SELECT f.scheduled_at FROM fires f WHERE f.job_id = u.job_id AND f.lane = ",
+        )
+        .param(LANE_SCHEDULE)
+        .push(" ORDER BY f.scheduled_at DESC LIMIT 1) AS tip FROM ")
+        .rows(&["job_id"], rows, "u")
+        .push(" LEFT JOIN jobs j ON j.id = u.job_id");
+        let found = self
+            .store
+            .connection()
+            .query_all_raw(sql.statement())
+            .await?;
+        let mut state: HashMap<i64, (bool, i64, Option<i64>)> = HashMap::new();
+        for row in found {
+            let job_id: i64 = row.try_get("", "job_id")?;
+            let Some(enabled) = row.try_get::<Option<bool>>("", "enabled")? else {
+                continue;
+            };
+            let schedule_from = row
+                .try_get::<Option<i64>>("", "schedule_from")?
+                .unwrap_or(0);
+            state.insert(job_id, (enabled, schedule_from, row.try_get("", "tip")?));
+        }
         let mut out = HashMap::with_capacity(missing.len());
         for &i in missing {
             let claim = &claims[i];
-            let outcome = match jobs.get(&claim.job_id) {
-                Some(job)
-                    if job.enabled
-                        && job.schedule_from == claim.schedule_from
-                        && claim.first_at > job.schedule_from =>
-                {
-                    match tips.get(&claim.job_id) {
-                        Some(tip) if *tip >= claim.scheduled_at => ClaimOutcome::Taken,
+            let armed = to_millis(claim.schedule_from);
+            let outcome = match state.get(&claim.job_id) {
+                Some(&(true, from, tip)) if from == armed && to_millis(claim.first_at) > from => {
+                    match tip {
+                        Some(tip) if tip >= to_millis(claim.scheduled_at) => ClaimOutcome::Taken,
                         _ => ClaimOutcome::Gap,
                     }
                 }
