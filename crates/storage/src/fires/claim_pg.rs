@@ -24,25 +24,64 @@ impl FireRepo<'_> {
         claims: &[TimeClaim],
         ctx: &ClaimContext<'_>,
     ) -> Result<HashMap<usize, Claimed>, StorageError> {
-        let rows = claims
+        let found = self
+            .store
+            .connection()
+            .query_all_raw(claim_statement(claims, ctx).statement())
+            .await?;
+        let by_job: HashMap<i64, usize> = claims
             .iter()
-            .map(|c| {
-                vec![
-                    Value::from(c.job_id),
-                    Value::from(c.trigger.as_str()),
-                    Value::from(to_millis(c.first_at)),
-                    Value::from(to_millis(c.scheduled_at)),
-                    Value::from(c.after.map(to_millis)),
-                    Value::from(to_millis(c.schedule_from)),
-                    Value::from(c.first.status.as_str()),
-                    Value::from(storable(&c.first.output).into_owned()),
-                    Value::from(storable(&c.first.error).into_owned()),
-                ]
-            })
+            .enumerate()
+            .map(|(i, c)| (c.job_id, i))
             .collect();
-        let now = to_millis(ctx.now);
-        let mut sql = Sql::new(Backend::Postgres);
-        sql.push("WITH u AS ")
+        let mut out = HashMap::with_capacity(found.len());
+        for row in found {
+            let record = JobRecord::try_from(job::Model::from_query_result(&row, "")?)?;
+            let Some(&index) = by_job.get(&record.id) else {
+                continue;
+            };
+            let status: String = row.try_get("", "run_status")?;
+            let claim = &claims[index];
+            out.insert(
+                index,
+                Claimed {
+                    fire_id: row.try_get("", "fire_id")?,
+                    run_id: row.try_get("", "run_id")?,
+                    trigger: claim.trigger,
+                    scheduled_at: claim.scheduled_at,
+                    status: RunStatus::parse(&status)
+                        .ok_or_else(|| StorageError::Corrupt(format!("run status {status:?}")))?,
+                    job: Some(record),
+                },
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// The one statement of a batch: the claims as rows `u`, the chain check
+/// `c`, the fires inserted `f`, the jobs already running elsewhere `busy`,
+/// the first runs `r`, and the job rows to run with.
+fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
+    let rows = claims
+        .iter()
+        .map(|c| {
+            vec![
+                Value::from(c.job_id),
+                Value::from(c.trigger.as_str()),
+                Value::from(to_millis(c.first_at)),
+                Value::from(to_millis(c.scheduled_at)),
+                Value::from(c.after.map(to_millis)),
+                Value::from(to_millis(c.schedule_from)),
+                Value::from(c.first.status.as_str()),
+                Value::from(storable(&c.first.output).into_owned()),
+                Value::from(storable(&c.first.error).into_owned()),
+            ]
+        })
+        .collect();
+    let now = to_millis(ctx.now);
+    let mut sql = Sql::new(Backend::Postgres);
+    sql.push("WITH u AS ")
             .rows(
                 &[
                     "job_id", "trig", "first_at", "at", "after", "armed", "status", "output",
@@ -112,37 +151,5 @@ impl FireRepo<'_> {
                  SELECT r.id AS run_id, r.fire_id AS fire_id, r.status AS run_status, j.* \
                  FROM r JOIN jobs j ON j.id = r.job_id",
             );
-        let found = self
-            .store
-            .connection()
-            .query_all_raw(sql.statement())
-            .await?;
-        let by_job: HashMap<i64, usize> = claims
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.job_id, i))
-            .collect();
-        let mut out = HashMap::with_capacity(found.len());
-        for row in found {
-            let record = JobRecord::try_from(job::Model::from_query_result(&row, "")?)?;
-            let Some(&index) = by_job.get(&record.id) else {
-                continue;
-            };
-            let status: String = row.try_get("", "run_status")?;
-            let claim = &claims[index];
-            out.insert(
-                index,
-                Claimed {
-                    fire_id: row.try_get("", "fire_id")?,
-                    run_id: row.try_get("", "run_id")?,
-                    trigger: claim.trigger,
-                    scheduled_at: claim.scheduled_at,
-                    status: RunStatus::parse(&status)
-                        .ok_or_else(|| StorageError::Corrupt(format!("run status {status:?}")))?,
-                    job: Some(record),
-                },
-            );
-        }
-        Ok(out)
-    }
+    sql
 }
