@@ -203,9 +203,16 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
     let max_skew_ms = cluster.as_ref().map_or(0, |c| {
         i64::try_from(c.max_skew.as_millis()).unwrap_or(i64::MAX)
     });
-    let engine = (role != Role::Api).then(|| {
+    // In `serve` the engine has a pool of its own, so a burst of fires and
+    // a burst of API requests never wait for each other's connections.
+    let engine_store = match role {
+        Role::Serve => Some(open_store(&config).await?),
+        Role::Worker => Some(store.clone()),
+        Role::Api => None,
+    };
+    let engine = engine_store.map(|engine_store| {
         Engine::new(
-            store.clone(),
+            engine_store,
             registry.clone(),
             EngineConfig {
                 instance: config.instance_id.clone(),

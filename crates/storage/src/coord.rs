@@ -68,6 +68,15 @@ async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<
     result
 }
 
+/// Takes the next fencing token and, with it, the lock if nobody holds it;
+/// answers the token, or 0 when the lock is held.
+const ACQUIRE: &str = r"
+local token = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1] .. '#' .. token, 'NX', 'PX', ARGV[2]) then
+  return token
+end
+return 0";
+
 const RENEW: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -148,24 +157,22 @@ impl Coord {
         ttl: Duration,
     ) -> Result<Option<JobLock>, StorageError> {
         let mut conn = self.conn().await?;
-        let token: i64 = bounded(conn.incr(format!("{FENCE_PREFIX}{job_id}"), 1)).await?;
         let key = format!("{LOCK_PREFIX}{job_id}");
-        let value = format!("{owner}#{token}");
-        let ok: Option<String> = bounded(
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(&value)
-                .arg("NX")
-                .arg("PX")
+        // One round trip: the next fencing token, and the lock if free.
+        let token: i64 = bounded(
+            redis::Script::new(ACQUIRE)
+                .key(&key)
+                .key(format!("{FENCE_PREFIX}{job_id}"))
+                .arg(owner)
                 .arg(ttl.as_millis() as u64)
-                .query_async(&mut conn),
+                .invoke_async(&mut conn),
         )
         .await?;
-        Ok(ok.map(|_| JobLock {
+        Ok((token > 0).then(|| JobLock {
             job_id,
             token,
+            value: format!("{owner}#{token}"),
             key,
-            value,
         }))
     }
 

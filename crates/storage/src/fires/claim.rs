@@ -135,7 +135,14 @@ impl FireRepo<'_> {
     ) -> Result<Vec<ClaimOutcome>, StorageError> {
         let mut outcomes = Vec::with_capacity(claims.len());
         for chunk in claims.chunks(MAX_BATCH) {
-            let mut claimed = retry_deadlock(|| self.claim_times_once(chunk, ctx)).await?;
+            let mut claimed = match self.store.backend() {
+                Backend::Postgres => {
+                    retry_deadlock(|| self.claim_times_postgres(chunk, ctx)).await?
+                }
+                Backend::MySql | Backend::Sqlite => {
+                    retry_deadlock(|| self.claim_times_once(chunk, ctx)).await?
+                }
+            };
             let missing: Vec<usize> = (0..chunk.len())
                 .filter(|i| !claimed.contains_key(i))
                 .collect();
@@ -157,60 +164,7 @@ impl FireRepo<'_> {
     ) -> Result<HashMap<usize, Claimed>, StorageError> {
         let backend = self.store.backend();
         let txn = self.store.begin_claim().await?;
-        let mut order: Vec<usize> = (0..claims.len()).collect();
-        // One order for every instance: concurrent batches lock keys alike.
-        order.sort_by_key(|&i| claims[i].job_id);
-        let rows = order
-            .iter()
-            .map(|&i| {
-                let c = &claims[i];
-                vec![
-                    Value::from(c.job_id),
-                    Value::from(c.trigger.as_str()),
-                    Value::from(to_millis(c.first_at)),
-                    Value::from(to_millis(c.scheduled_at)),
-                    Value::from(c.after.map(to_millis)),
-                    Value::from(to_millis(c.schedule_from)),
-                ]
-            })
-            .collect();
-        let mut sql = Sql::new(backend);
-        sql.push(match backend {
-            Backend::MySql => "INSERT IGNORE INTO fires ",
-            _ => "INSERT INTO fires ",
-        })
-        .push(
-            "(job_id, lane, \"trigger\", prev_at, first_at, scheduled_at, state, claimed_by, claimed_at, created_at) \
-             SELECT c.job_id, ",
-        )
-        .param(LANE_SCHEDULE)
-        .push(", c.trig, c.prev, c.first_at, c.at, 'claimed', ")
-        .param(ctx.instance)
-        .push(", ")
-        .param(to_millis(ctx.now))
-        .push(", ")
-        .param(to_millis(ctx.now))
-        // The chain: a record follows the job's last change when that is
-        // later than the time it names, and needs its predecessor recorded.
-        .push(
-            " FROM (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
-             CASE WHEN u.after IS NULL THEN j.updated_at \
-                  WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
-                  ELSE u.after END AS prev FROM ",
-        )
-        .rows(
-            &["job_id", "trig", "first_at", "at", "after", "armed"],
-            rows,
-            "u",
-        )
-        .push(
-            " JOIN jobs j ON j.id = u.job_id \
-             WHERE j.enabled AND j.schedule_from = u.armed AND u.first_at > j.schedule_from) c \
-             WHERE (c.prev = c.anchor OR EXISTS (SELECT 1 FROM fires p \
-               WHERE p.job_id = c.job_id AND p.lane = ",
-        )
-        .param(LANE_SCHEDULE)
-        .push(" AND p.scheduled_at = c.prev)) ORDER BY c.job_id");
+        let mut sql = chain_insert(backend, claims, ctx);
         let inserted: Vec<(i64, i64, i64)> = match backend {
             Backend::MySql => {
                 txn.execute_raw(sql.statement()).await?;
@@ -267,6 +221,7 @@ impl FireRepo<'_> {
 
     /// Why the claims at `missing` did not land: the job changed (stale),
     /// a record already covers the time (taken), or the chain has a hole.
+    /// One query: each job's state and the tip of its chain.
     async fn why_not_claimed(
         &self,
         claims: &[TimeClaim],
@@ -275,20 +230,43 @@ impl FireRepo<'_> {
         if missing.is_empty() {
             return Ok(HashMap::new());
         }
-        let ids: Vec<i64> = missing.iter().map(|&i| claims[i].job_id).collect();
-        let jobs = jobs_by_id(self.store.connection(), &ids).await?;
-        let tips = self.tips(&ids).await?;
+        let rows = missing
+            .iter()
+            .map(|&i| vec![Value::from(claims[i].job_id)])
+            .collect();
+        let mut sql = Sql::new(self.store.backend());
+        sql.push(
+            "SELECT u.job_id AS job_id, j.enabled AS enabled, j.schedule_from AS schedule_from, \
+                  (SELECT f.scheduled_at FROM fires f WHERE f.job_id = u.job_id AND f.lane = ",
+        )
+        .param(LANE_SCHEDULE)
+        .push(" ORDER BY f.scheduled_at DESC LIMIT 1) AS tip FROM ")
+        .rows(&["job_id"], rows, "u")
+        .push(" LEFT JOIN jobs j ON j.id = u.job_id");
+        let found = self
+            .store
+            .connection()
+            .query_all_raw(sql.statement())
+            .await?;
+        let mut state: HashMap<i64, (bool, i64, Option<i64>)> = HashMap::new();
+        for row in found {
+            let job_id: i64 = row.try_get("", "job_id")?;
+            let Some(enabled) = row.try_get::<Option<bool>>("", "enabled")? else {
+                continue;
+            };
+            let schedule_from = row
+                .try_get::<Option<i64>>("", "schedule_from")?
+                .unwrap_or(0);
+            state.insert(job_id, (enabled, schedule_from, row.try_get("", "tip")?));
+        }
         let mut out = HashMap::with_capacity(missing.len());
         for &i in missing {
             let claim = &claims[i];
-            let outcome = match jobs.get(&claim.job_id) {
-                Some(job)
-                    if job.enabled
-                        && job.schedule_from == claim.schedule_from
-                        && claim.first_at > job.schedule_from =>
-                {
-                    match tips.get(&claim.job_id) {
-                        Some(tip) if *tip >= claim.scheduled_at => ClaimOutcome::Taken,
+            let armed = to_millis(claim.schedule_from);
+            let outcome = match state.get(&claim.job_id) {
+                Some(&(true, from, tip)) if from == armed && to_millis(claim.first_at) > from => {
+                    match tip {
+                        Some(tip) if tip >= to_millis(claim.scheduled_at) => ClaimOutcome::Taken,
                         _ => ClaimOutcome::Gap,
                     }
                 }
@@ -373,6 +351,68 @@ impl FireRepo<'_> {
 
 use super::FireRepo;
 
+/// `INSERT INTO fires … SELECT …` of a batch of time claims (without the
+/// conflict clause): each claim's job must be enabled at the armed
+/// schedule, its time after that schedule began, and its predecessor
+/// recorded (or the job's last change).
+fn chain_insert(backend: Backend, claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
+    let mut order: Vec<usize> = (0..claims.len()).collect();
+    // One order for every instance: concurrent batches lock keys alike.
+    order.sort_by_key(|&i| claims[i].job_id);
+    let rows = order
+        .iter()
+        .map(|&i| {
+            let c = &claims[i];
+            vec![
+                Value::from(c.job_id),
+                Value::from(c.trigger.as_str()),
+                Value::from(to_millis(c.first_at)),
+                Value::from(to_millis(c.scheduled_at)),
+                Value::from(c.after.map(to_millis)),
+                Value::from(to_millis(c.schedule_from)),
+            ]
+        })
+        .collect();
+    let mut sql = Sql::new(backend);
+    sql.push(match backend {
+        Backend::MySql => "INSERT IGNORE INTO fires ",
+        _ => "INSERT INTO fires ",
+    })
+    .push(
+        "(job_id, lane, \"trigger\", prev_at, first_at, scheduled_at, state, claimed_by, claimed_at, created_at) \
+         SELECT c.job_id, ",
+    )
+    .param(LANE_SCHEDULE)
+    .push(", c.trig, c.prev, c.first_at, c.at, 'claimed', ")
+    .param(ctx.instance)
+    .push(", ")
+    .param(to_millis(ctx.now))
+    .push(", ")
+    .param(to_millis(ctx.now))
+    // The chain: a record follows the job's last change when that is
+    // later than the time it names, and needs its predecessor recorded.
+    .push(
+        " FROM (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
+         CASE WHEN u.after IS NULL THEN j.updated_at \
+              WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
+              ELSE u.after END AS prev FROM ",
+    )
+    .rows(
+        &["job_id", "trig", "first_at", "at", "after", "armed"],
+        rows,
+        "u",
+    )
+    .push(
+        " JOIN jobs j ON j.id = u.job_id \
+         WHERE j.enabled AND j.schedule_from = u.armed AND u.first_at > j.schedule_from) c \
+         WHERE (c.prev = c.anchor OR EXISTS (SELECT 1 FROM fires p \
+           WHERE p.job_id = c.job_id AND p.lane = ",
+    )
+    .param(LANE_SCHEDULE)
+    .push(" AND p.scheduled_at = c.prev)) ORDER BY c.job_id");
+    sql
+}
+
 /// Writes the first run of each fire just taken, in the claim's
 /// transaction, and reads the settings each fire runs with.
 async fn record_first_runs(
@@ -398,49 +438,12 @@ async fn record_first_runs(
         }
         None => HashSet::new(),
     };
-    let now = to_millis(ctx.now);
     let mut statuses = Vec::with_capacity(taken.len());
     let mut models = Vec::with_capacity(taken.len());
     for t in &taken {
-        let job = jobs.get(&t.job_id);
-        let asked = firsts[t.index];
-        let (status, output, error) = match job {
-            None => (
-                RunStatus::Failed,
-                String::new(),
-                ctx.job_deleted.to_string(),
-            ),
-            Some(_) if asked.status == RunStatus::Running && busy.contains(&t.job_id) => (
-                RunStatus::Skipped,
-                ctx.running_elsewhere.unwrap_or_default().to_string(),
-                String::new(),
-            ),
-            Some(_) => (asked.status, asked.output.clone(), asked.error.clone()),
-        };
-        let finished = status != RunStatus::Running;
+        let (status, model) = first_run(t, jobs.get(&t.job_id), firsts[t.index], &busy, ctx);
         statuses.push(status);
-        models.push(run::ActiveModel {
-            id: NotSet,
-            fire_id: Set(t.fire_id),
-            job_id: Set(t.job_id),
-            job_name: Set(job
-                .map(|j| storable(&j.name).into_owned())
-                .unwrap_or_default()),
-            handler: Set(job.map(|j| j.handler.clone()).unwrap_or_default()),
-            trigger: Set(t.trigger.as_str().to_string()),
-            scheduled_at: Set(t.scheduled_at),
-            attempt: Set(1),
-            status: Set(status.as_str().to_string()),
-            started_at: Set(now),
-            finished_at: Set(finished.then_some(now)),
-            duration_ms: Set(finished.then_some(0)),
-            instance: Set(ctx.instance.to_string()),
-            output: Set(storable(&output).into_owned()),
-            error: Set(storable(&error).into_owned()),
-            swept_at: Set(None),
-            deleted_at: Set(None),
-            trace_id: Set(None),
-        });
+        models.push(model);
     }
     run::Entity::insert_many(models).exec(txn).await?;
     let fire_ids: Vec<i64> = taken.iter().map(|t| t.fire_id).collect();
@@ -473,6 +476,55 @@ async fn record_first_runs(
         );
     }
     Ok(out)
+}
+
+/// The first run of a fire just taken: as the claim asked, a skip when its
+/// non-concurrent job runs elsewhere, a failure when the job is gone.
+fn first_run(
+    t: &TakenFire,
+    job: Option<&JobRecord>,
+    asked: &FirstRun,
+    busy: &HashSet<i64>,
+    ctx: &ClaimContext<'_>,
+) -> (RunStatus, run::ActiveModel) {
+    let (status, output, error) = match job {
+        None => (
+            RunStatus::Failed,
+            String::new(),
+            ctx.job_deleted.to_string(),
+        ),
+        Some(_) if asked.status == RunStatus::Running && busy.contains(&t.job_id) => (
+            RunStatus::Skipped,
+            ctx.running_elsewhere.unwrap_or_default().to_string(),
+            String::new(),
+        ),
+        Some(_) => (asked.status, asked.output.clone(), asked.error.clone()),
+    };
+    let now = to_millis(ctx.now);
+    let finished = status != RunStatus::Running;
+    let model = run::ActiveModel {
+        id: NotSet,
+        fire_id: Set(t.fire_id),
+        job_id: Set(t.job_id),
+        job_name: Set(job
+            .map(|j| storable(&j.name).into_owned())
+            .unwrap_or_default()),
+        handler: Set(job.map(|j| j.handler.clone()).unwrap_or_default()),
+        trigger: Set(t.trigger.as_str().to_string()),
+        scheduled_at: Set(t.scheduled_at),
+        attempt: Set(1),
+        status: Set(status.as_str().to_string()),
+        started_at: Set(now),
+        finished_at: Set(finished.then_some(now)),
+        duration_ms: Set(finished.then_some(0)),
+        instance: Set(ctx.instance.to_string()),
+        output: Set(storable(&output).into_owned()),
+        error: Set(storable(&error).into_owned()),
+        swept_at: Set(None),
+        deleted_at: Set(None),
+        trace_id: Set(None),
+    };
+    (status, model)
 }
 
 /// The jobs among `ids` with a run `running` anywhere.

@@ -15,6 +15,7 @@
 //! the job as it is when claimed.
 
 mod claim;
+mod claim_pg;
 mod ends;
 mod sql;
 

@@ -1,0 +1,155 @@
+//! PostgreSQL claims a batch in one statement: the chain check, the fire
+//! rows, the "running elsewhere" check, the first run rows and the job
+//! rows each fire runs with, chained by data-modifying CTEs — one round
+//! trip for the whole batch where the other databases need a transaction
+//! of several.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, FromQueryResult, Value};
+
+use super::claim::{ClaimContext, Claimed, TimeClaim};
+use super::sql::Sql;
+use super::{FireRepo, LANE_SCHEDULE, RunStatus, storable};
+use crate::entity::job;
+use crate::store::Backend;
+use crate::timestamp::to_millis;
+use crate::{JobRecord, StorageError};
+
+impl FireRepo<'_> {
+    /// [`FireRepo::claim_times`]'s batch on PostgreSQL; the claimed fires by
+    /// the index of their claim.
+    pub(super) async fn claim_times_postgres(
+        &self,
+        claims: &[TimeClaim],
+        ctx: &ClaimContext<'_>,
+    ) -> Result<HashMap<usize, Claimed>, StorageError> {
+        let found = self
+            .store
+            .connection()
+            .query_all_raw(claim_statement(claims, ctx).statement())
+            .await?;
+        let by_job: HashMap<i64, usize> = claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.job_id, i))
+            .collect();
+        let mut out = HashMap::with_capacity(found.len());
+        for row in found {
+            let record = JobRecord::try_from(job::Model::from_query_result(&row, "")?)?;
+            let Some(&index) = by_job.get(&record.id) else {
+                continue;
+            };
+            let status: String = row.try_get("", "run_status")?;
+            let claim = &claims[index];
+            out.insert(
+                index,
+                Claimed {
+                    fire_id: row.try_get("", "fire_id")?,
+                    run_id: row.try_get("", "run_id")?,
+                    trigger: claim.trigger,
+                    scheduled_at: claim.scheduled_at,
+                    status: RunStatus::parse(&status)
+                        .ok_or_else(|| StorageError::Corrupt(format!("run status {status:?}")))?,
+                    job: Some(record),
+                },
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// The one statement of a batch: the claims as rows `u`, the chain check
+/// `c`, the fires inserted `f`, the jobs already running elsewhere `busy`,
+/// the first runs `r`, and the job rows to run with.
+fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
+    let rows = claims
+        .iter()
+        .map(|c| {
+            vec![
+                Value::from(c.job_id),
+                Value::from(c.trigger.as_str()),
+                Value::from(to_millis(c.first_at)),
+                Value::from(to_millis(c.scheduled_at)),
+                Value::from(c.after.map(to_millis)),
+                Value::from(to_millis(c.schedule_from)),
+                Value::from(c.first.status.as_str()),
+                Value::from(storable(&c.first.output).into_owned()),
+                Value::from(storable(&c.first.error).into_owned()),
+            ]
+        })
+        .collect();
+    let now = to_millis(ctx.now);
+    let mut sql = Sql::new(Backend::Postgres);
+    sql.push("WITH u AS ")
+            .rows(
+                &[
+                    "job_id", "trig", "first_at", "at", "after", "armed", "status", "output",
+                    "error",
+                ],
+                rows,
+                "",
+            )
+            // The chain: a record follows the job's last change when that
+            // is later than the time it names, and needs its predecessor.
+            .push(
+                ", c AS (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
+                 CASE WHEN u.after IS NULL THEN j.updated_at \
+                      WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
+                      ELSE u.after END AS prev \
+                 FROM u JOIN jobs j ON j.id = u.job_id \
+                 WHERE j.enabled AND j.schedule_from = u.armed AND u.first_at > j.schedule_from), \
+                 f AS (INSERT INTO fires (job_id, lane, \"trigger\", prev_at, first_at, scheduled_at, \
+                   state, claimed_by, claimed_at, created_at) \
+                 SELECT c.job_id, ",
+            )
+            .param(LANE_SCHEDULE)
+            .push(", c.trig, c.prev, c.first_at, c.at, 'claimed', ")
+            .param(ctx.instance)
+            .push(", ")
+            .param(now)
+            .push(", ")
+            .param(now)
+            .push(
+                " FROM c WHERE c.prev = c.anchor OR EXISTS (SELECT 1 FROM fires p \
+                   WHERE p.job_id = c.job_id AND p.lane = ",
+            )
+            .param(LANE_SCHEDULE)
+            .push(
+                " AND p.scheduled_at = c.prev) ORDER BY c.job_id \
+                 ON CONFLICT DO NOTHING RETURNING id, job_id, scheduled_at), \
+                 busy AS (SELECT DISTINCT r.job_id FROM runs r \
+                   WHERE r.status = 'running' AND ",
+            )
+            .param(ctx.running_elsewhere.is_some())
+            .push(
+                " AND r.job_id IN (SELECT job_id FROM f)), \
+                 r AS (INSERT INTO runs (fire_id, job_id, job_name, handler, \"trigger\", scheduled_at, \
+                   attempt, status, started_at, finished_at, duration_ms, instance, output, error, \
+                   swept_at, deleted_at) \
+                 SELECT f.id, f.job_id, j.name, j.handler, u.trig, f.scheduled_at, 1, s.status, ",
+            )
+            .param(now)
+            .push(", CASE WHEN s.status = 'running' THEN NULL ELSE ")
+            .param(now)
+            .push(" END, CASE WHEN s.status = 'running' THEN NULL ELSE 0 END, ")
+            .param(ctx.instance)
+            .push(
+                ", s.output, u.error, NULL, NULL \
+                 FROM f JOIN jobs j ON j.id = f.job_id JOIN u ON u.job_id = f.job_id \
+                 CROSS JOIN LATERAL (SELECT \
+                   (u.status = 'running' AND NOT j.allow_concurrent \
+                    AND EXISTS (SELECT 1 FROM busy b WHERE b.job_id = f.job_id)) AS elsewhere) e \
+                 CROSS JOIN LATERAL (SELECT \
+                   CASE WHEN e.elsewhere THEN 'skipped' ELSE u.status END AS status, \
+                   CASE WHEN e.elsewhere THEN ",
+            )
+            .param(ctx.running_elsewhere.unwrap_or_default())
+            .push(
+                " ELSE u.output END AS output) s \
+                 RETURNING id, fire_id, job_id, status) \
+                 SELECT r.id AS run_id, r.fire_id AS fire_id, r.status AS run_status, j.* \
+                 FROM r JOIN jobs j ON j.id = r.job_id",
+            );
+    sql
+}
