@@ -1,6 +1,7 @@
 //! Observability, black-box: the real `serve` binary with traces exported
-//! to an OTLP/HTTP receiver inside the test, JSON logs, request ids, and
-//! its `/metrics` parsed strictly.
+//! to an OTLP/HTTP or OTLP/gRPC receiver inside the test, the
+//! `traceparent` of remote calls and webhook deliveries, a cluster worker's
+//! lost job lock, JSON logs, request ids, and `/metrics` parsed strictly.
 
 mod common;
 mod observe;
@@ -9,7 +10,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{SECRET, admin_token, client};
-use observe::{Proc, Receiver, parse_exposition, until, value};
+use observe::{
+    Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, Redis, cluster_env,
+    parse_exposition, until, value,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -62,10 +66,15 @@ impl Got {
     }
 }
 
-/// Every span the receiver got so far.
+/// Every span the receiver got so far over OTLP/HTTP.
 fn spans(receiver: &Receiver) -> Vec<Got> {
+    decode(receiver.received("/v1/traces"))
+}
+
+/// The spans of OTLP export requests.
+fn decode(requests: Vec<Received>) -> Vec<Got> {
     let mut out = Vec::new();
-    for request in receiver.received("/v1/traces") {
+    for request in requests {
         let decoded =
             ExportTraceServiceRequest::decode(request.body.as_slice()).expect("OTLP protobuf");
         for resource in decoded.resource_spans {
@@ -104,9 +113,30 @@ secret = "{REMOTE_SECRET}"
     )
 }
 
+/// The variables that export traces to `endpoint` over `protocol`, in
+/// small batches so the tests see them soon.
+fn otel(endpoint: String, protocol: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.into()),
+        ("OTEL_SERVICE_NAME", "qiwu-test".into()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+    ]
+}
+
 /// `serve` on SQLite in its own directory, with JSON logs, the remote
 /// handler declared, and traces exported to `receiver` when `tracing`.
 fn serve(receiver: &Receiver, tracing: bool) -> Proc {
+    let env = if tracing {
+        otel(format!("http://{}", receiver.addr), "http/protobuf")
+    } else {
+        Vec::new()
+    };
+    serve_with(receiver, &env)
+}
+
+/// `serve` as [`serve`] says, with `extra` variables.
+fn serve_with(receiver: &Receiver, extra: &[(&'static str, String)]) -> Proc {
     let mut env: Vec<(&str, String)> = vec![
         ("QIWU_LISTEN", "127.0.0.1:0".into()),
         ("QIWU_DATABASE_URL", "sqlite://qiwu.db".into()),
@@ -115,17 +145,7 @@ fn serve(receiver: &Receiver, tracing: bool) -> Proc {
         ("QIWU_LOG_FORMAT", "json".into()),
         ("QIWU_CONFIG", "handlers.toml".into()),
     ];
-    if tracing {
-        env.extend([
-            (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://{}", receiver.addr),
-            ),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
-            ("OTEL_SERVICE_NAME", "qiwu-test".into()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
-        ]);
-    }
+    env.extend(extra.iter().cloned());
     Proc::start(
         "observe",
         &["serve"],
@@ -135,10 +155,18 @@ fn serve(receiver: &Receiver, tracing: bool) -> Proc {
 }
 
 async fn create_job(p: &Proc, name: &str, handler: &str, cron: &str) -> i64 {
+    create(
+        p,
+        json!({"name": name, "handler": handler, "cron": cron, "params": {}}),
+    )
+    .await
+}
+
+async fn create(p: &Proc, job: Value) -> i64 {
     let res = client()
         .post(p.url("/api/jobs"))
         .bearer_auth(admin_token())
-        .json(&json!({"name": name, "handler": handler, "cron": cron, "params": {}}))
+        .json(&job)
         .send()
         .await
         .expect("create");
@@ -166,9 +194,32 @@ async fn metrics(p: &Proc) -> Vec<observe::Sample> {
     parse_exposition(&text).unwrap_or_else(|e| panic!("strict parse: {e}\n{text}"))
 }
 
-/// The job's runs (newest first) once there are `n` and none is running.
-async fn ended_runs(p: &Proc, job: i64, n: usize) -> Vec<Value> {
-    until("the runs ended", LIMIT, async || {
+async fn run_once(p: &Proc, job: i64) {
+    let res = client()
+        .post(p.url(&format!("/api/jobs/{job}/run")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("run once");
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+}
+
+/// A run's detail (with its `traceId`).
+async fn run_detail(p: &Proc, run: &Value) -> Value {
+    client()
+        .get(p.url(&format!("/api/runs/{}", run["id"])))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("detail")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// The job's runs (newest first), once `done` holds for them.
+async fn runs_when(p: &Proc, job: i64, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    until("the runs", LIMIT, async || {
         let page: Value = client()
             .get(p.url(&format!("/api/runs?jobId={job}")))
             .bearer_auth(admin_token())
@@ -179,7 +230,15 @@ async fn ended_runs(p: &Proc, job: i64, n: usize) -> Vec<Value> {
             .await
             .ok()?;
         let runs = page["items"].as_array()?.clone();
-        (runs.len() == n && runs.iter().all(|r| r["status"] != "running")).then_some(runs)
+        done(&runs).then_some(runs)
+    })
+    .await
+}
+
+/// The job's runs (newest first) once there are `n` and none is running.
+async fn ended_runs(p: &Proc, job: i64, n: usize) -> Vec<Value> {
+    runs_when(p, job, |runs| {
+        runs.len() == n && runs.iter().all(|r| r["status"] != "running")
     })
     .await
 }
@@ -485,4 +544,320 @@ async fn every_answer_has_a_request_id_and_a_5xx_names_it_as_instance() {
             .is_ok_and(|v| v["request_id"] == "obs-500" && v["level"] == "ERROR")
     });
     assert!(logged, "no ERROR line with request_id obs-500 in\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_go_over_otlp_grpc_and_a_scheduled_fire_keeps_its_trace_id() {
+    let receiver = Receiver::start().await;
+    let grpc = GrpcReceiver::start().await;
+    let p = serve_with(&receiver, &otel(format!("http://{}", grpc.addr), "grpc"));
+    let job = create_job(&p, "grpc traced", "demo.echo", "* * * * * *").await;
+    let runs = runs_when(&p, job, |runs| {
+        runs.iter().any(|r| r["status"] == "success")
+    })
+    .await;
+    let res = client()
+        .put(p.url(&format!("/api/jobs/{job}/enabled")))
+        .bearer_auth(admin_token())
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("disable");
+    assert!(res.status().is_success());
+    let run = runs
+        .iter()
+        .find(|r| r["status"] == "success")
+        .expect("a success");
+    let detail = run_detail(&p, run).await;
+    let trace = detail["traceId"].as_str().expect("traceId").to_string();
+    assert!(
+        trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{detail}"
+    );
+
+    // The fire and its attempt arrive over gRPC in the run's trace, and so
+    // does the request that created the job (a trace of its own).
+    let (fire, attempt, http) = until("the spans arrived over gRPC", LIMIT, async || {
+        let all = decode(grpc.received(GRPC_EXPORT));
+        let fire = all
+            .iter()
+            .find(|g| g.trace() == trace && g.span.name == "fire grpc traced")?
+            .clone();
+        let attempt = all
+            .iter()
+            .find(|g| g.parent() == fire.id() && g.span.name == "attempt 1 demo.echo")?
+            .clone();
+        let http = all
+            .iter()
+            .find(|g| g.span.name == "POST /api/jobs")?
+            .clone();
+        Some((fire, attempt, http))
+    })
+    .await;
+    assert_eq!(fire.service, "qiwu-test");
+    assert_eq!(fire.attr("fire.trigger").as_deref(), Some("schedule"));
+    assert_eq!(fire.attr("job.id"), Some(job.to_string()));
+    assert_eq!(attempt.trace(), trace);
+    assert_eq!(attempt.attr("status").as_deref(), Some("success"));
+    assert_eq!(attempt.attr("trigger").as_deref(), Some("schedule"));
+    assert_eq!(
+        http.attr("http.response.status_code").as_deref(),
+        Some("201")
+    );
+    assert_ne!(http.trace(), trace, "the fire is not the request's child");
+    let calls = grpc.received(GRPC_EXPORT);
+    assert!(
+        calls.iter().all(|c| c
+            .headers
+            .get("content-type")
+            .is_some_and(|t| t.starts_with("application/grpc"))),
+        "{calls:?}"
+    );
+    assert!(
+        receiver.received("/v1/traces").is_empty(),
+        "nothing goes over OTLP/HTTP"
+    );
+}
+
+/// The trace and parent span ids a W3C `traceparent` names.
+fn traceparent_ids(header: &str) -> (String, String) {
+    let parts: Vec<&str> = header.split('-').collect();
+    assert!(
+        parts.len() == 4
+            && parts[0] == "00"
+            && parts[1].len() == 32
+            && parts[2].len() == 16
+            && parts[3] == "01",
+        "a sampled W3C traceparent: {header:?}"
+    );
+    (parts[1].to_string(), parts[2].to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhook_deliveries_carry_the_traceparent_of_the_dispatch_attempt() {
+    const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
+    let receiver = Receiver::start().await;
+    let mut env = otel(format!("http://{}", receiver.addr), "http/protobuf");
+    env.push(("QIWU_WEBHOOK_SECRET", WEBHOOK_SECRET.into()));
+    let p = serve_with(&receiver, &env);
+    let res = client()
+        .put(p.url("/api/settings/notify.webhook_url"))
+        .bearer_auth(admin_token())
+        .json(&json!({"value": format!("http://{}/hook", receiver.addr)}))
+        .send()
+        .await
+        .expect("set the webhook");
+    assert_eq!(res.status(), StatusCode::OK);
+
+    // A timeout raises an alert, queued for the webhook.
+    let slow = create(
+        &p,
+        json!({"name": "too slow", "handler": "demo.echo", "cron": "0 0 0 1 1 *",
+               "timeoutMs": 200, "params": {"delayMs": 5000}}),
+    )
+    .await;
+    run_once(&p, slow).await;
+    let runs = ended_runs(&p, slow, 1).await;
+    assert_eq!(runs[0]["status"], "timeout", "{runs:?}");
+    until("the alert is in the inbox", LIMIT, async || {
+        let inbox: Value = client()
+            .get(p.url("/api/notifications"))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (!inbox["items"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+
+    // The built-in dispatch job delivers it.
+    let jobs: Value = client()
+        .get(p.url("/api/jobs?handler=notify.dispatch"))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("jobs")
+        .json()
+        .await
+        .expect("json");
+    let dispatch = jobs["items"][0]["id"].as_i64().expect("the dispatch job");
+    run_once(&p, dispatch).await;
+    let hook = until("the webhook delivery", LIMIT, async || {
+        receiver.received("/hook").into_iter().next()
+    })
+    .await;
+    assert!(hook.headers.contains_key("x-qiwu-signature"), "{hook:?}");
+    let traceparent = hook
+        .headers
+        .get("traceparent")
+        .unwrap_or_else(|| panic!("no traceparent on the delivery: {hook:?}"));
+    let (trace, parent) = traceparent_ids(traceparent);
+
+    // It names the attempt of the dispatch run that sent it, whose run
+    // detail gives the same trace.
+    let attempt = until("the dispatch attempt's span", LIMIT, async || {
+        spans(&receiver).into_iter().find(|g| g.id() == parent)
+    })
+    .await;
+    assert_eq!(attempt.trace(), trace);
+    assert_eq!(
+        attempt.attr("handler").as_deref(),
+        Some("notify.dispatch"),
+        "{attempt:?}"
+    );
+    let runs = runs_when(&p, dispatch, |runs| {
+        runs.iter().any(|r| r["status"] == "success")
+    })
+    .await;
+    let mut sender = None;
+    for run in &runs {
+        let detail = run_detail(&p, run).await;
+        if detail["traceId"] == trace.as_str() {
+            sender = Some(detail);
+        }
+    }
+    let sender = sender.unwrap_or_else(|| panic!("no dispatch run in trace {trace}: {runs:?}"));
+    assert!(
+        sender["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("sent 1")),
+        "{sender}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_job_lock_is_counted_and_is_an_event_of_the_fire() {
+    let receiver = Receiver::start().await;
+    let redis = Redis::start();
+    let db = Database::fresh();
+    db.migrate();
+    let env = |instance: &str| {
+        let mut env = cluster_env(&db, &redis, instance);
+        env.extend(otel(format!("http://{}", receiver.addr), "http/protobuf"));
+        env
+    };
+    let api = Proc::start("lock-api", &["api"], &env("lock-api"), &[]);
+    let worker = Proc::start("lock-worker", &["worker"], &env("lock-worker-1"), &[]);
+    until("the worker is ready", LIMIT, async || {
+        let res = client().get(worker.url("/readyz")).send().await.ok()?;
+        res.status().is_success().then_some(())
+    })
+    .await;
+    // A long handler of a non-concurrent job holds the job's Redis lock.
+    let job = create(
+        &api,
+        json!({"name": "long holder", "handler": "demo.echo", "cron": "0 0 0 1 1 *",
+               "timeoutMs": 0, "params": {"delayMs": 120000}}),
+    )
+    .await;
+    run_once(&api, job).await;
+
+    let client_redis = redis::Client::open(redis.url()).expect("redis url");
+    let mut conn = client_redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let key = format!("qiwu:lock:job:{job}");
+    let mut pttl = async || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL")
+    };
+    // Taken, then renewed (its time to live goes up again).
+    let mut lowest = until("the lock is taken", LIMIT, async || {
+        let ttl = pttl().await;
+        (ttl > 0).then_some(ttl)
+    })
+    .await;
+    until("the lock is renewed", LIMIT, async || {
+        let ttl = pttl().await;
+        assert!(ttl > 0, "the lock went away: {ttl}");
+        if ttl > lowest + 1000 {
+            return Some(());
+        }
+        lowest = lowest.min(ttl);
+        None
+    })
+    .await;
+    // Someone else's now: the next renewal fails.
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("intruder#0")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let runs = ended_runs(&api, job, 1).await;
+    assert_eq!(runs[0]["status"], "failed", "{runs:?}");
+    let detail = run_detail(&api, &runs[0]).await;
+    assert!(
+        detail["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("lock counts as lost")),
+        "{detail}"
+    );
+    let holder: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("GET");
+    assert_eq!(holder, "intruder#0", "the loser never frees the lock");
+
+    let samples = until("the loss is counted", LIMIT, async || {
+        let samples = metrics(&worker).await;
+        (value(&samples, "qiwu_lock_lost_total", &[]) == Some(1.0)).then_some(samples)
+    })
+    .await;
+    assert_eq!(
+        value(
+            &samples,
+            "qiwu_runs_total",
+            &[("handler", "demo.echo"), ("status", "failed")]
+        ),
+        Some(1.0)
+    );
+
+    // The fire's span holds the lock's story as events, in order.
+    let trace = detail["traceId"].as_str().expect("traceId").to_string();
+    let fire = until("the fire's span", LIMIT, async || {
+        spans(&receiver)
+            .into_iter()
+            .find(|g| g.trace() == trace && g.span.name == "fire long holder")
+    })
+    .await;
+    let events: Vec<&str> = fire
+        .span
+        .events
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| n.starts_with("lock."))
+        .collect();
+    assert_eq!(events.first(), Some(&"lock.acquired"), "{events:?}");
+    assert_eq!(events.last(), Some(&"lock.lost"), "{events:?}");
+    assert!(
+        events.len() >= 3
+            && events[1..events.len() - 1]
+                .iter()
+                .all(|e| *e == "lock.renewed"),
+        "{events:?}"
+    );
+    for event in fire
+        .span
+        .events
+        .iter()
+        .filter(|e| e.name.starts_with("lock."))
+    {
+        let job_id = event.attributes.iter().find(|kv| kv.key == "job.id");
+        assert_eq!(
+            job_id.and_then(|kv| kv.value.as_ref()?.value.clone()),
+            Some(AnyValue::IntValue(job)),
+            "{event:?}"
+        );
+    }
 }

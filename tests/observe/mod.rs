@@ -1,6 +1,7 @@
 //! Helpers of the observability tests: a process with its stderr kept in a
-//! file, a small HTTP receiver (OTLP/HTTP traces and a remote handler), a
-//! strict OpenMetrics parser.
+//! file, a small HTTP receiver (OTLP/HTTP traces, a remote handler, a
+//! webhook), a small gRPC receiver (OTLP/gRPC traces), a strict
+//! OpenMetrics parser.
 
 #![allow(dead_code)]
 
@@ -215,6 +216,109 @@ impl Receiver {
             .cloned()
             .collect()
     }
+}
+
+/// The OTLP/gRPC trace export method.
+pub const GRPC_EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// A gRPC server (HTTP/2 without TLS) on 127.0.0.1:0 that keeps every
+/// unary call it gets, the message without its gRPC frame header, and
+/// answers with an empty message and `grpc-status: 0` (an empty
+/// `ExportTraceServiceResponse` is a full success).
+pub struct GrpcReceiver {
+    pub addr: String,
+    pub requests: Arc<Mutex<Vec<Received>>>,
+}
+
+impl GrpcReceiver {
+    pub async fn start() -> GrpcReceiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&requests);
+        tokio::spawn(async move {
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(socket).await else {
+                        return;
+                    };
+                    // Accepting is what drives the connection, so each call
+                    // is answered in a task of its own.
+                    while let Some(Ok((request, respond))) = conn.accept().await {
+                        tokio::spawn(grpc_call(request, respond, Arc::clone(&seen)));
+                    }
+                });
+            }
+        });
+        GrpcReceiver { addr, requests }
+    }
+
+    pub fn received(&self, path_prefix: &str) -> Vec<Received> {
+        self.requests
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|r| r.path.starts_with(path_prefix))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Reads one unary call, keeps it, and answers OK.
+async fn grpc_call(
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<bytes::Bytes>,
+    seen: Arc<Mutex<Vec<Received>>>,
+) {
+    let (parts, mut body) = request.into_parts();
+    let mut data = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        data.extend_from_slice(&chunk);
+    }
+    // One length-prefixed message: a compression flag, a big-endian length.
+    let message = match data.as_slice() {
+        [0, a, b, c, d, rest @ ..]
+            if u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() =>
+        {
+            rest.to_vec()
+        }
+        _ => panic!("not one uncompressed gRPC message: {} bytes", data.len()),
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                v.to_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    seen.lock().expect("lock").push(Received {
+        path: parts.uri.path().to_string(),
+        headers,
+        body: message,
+    });
+    let response = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("response");
+    let Ok(mut stream) = respond.send_response(response, false) else {
+        return;
+    };
+    let _ = stream.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), false);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let _ = stream.send_trailers(trailers);
 }
 
 /// One sample of an exposition: its name, labels and value.
