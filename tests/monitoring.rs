@@ -1,7 +1,7 @@
 //! Monitoring, end to end: a real Prometheus server (Debian package
 //! `prometheus`) scrapes `serve` and a cluster's `api` and `worker` while
 //! jobs fire, and PromQL answers what the run log holds; `/readyz` follows
-//! the schema and a database outage.
+//! the schema, a database outage and a Redis outage.
 
 mod common;
 mod observe;
@@ -361,7 +361,7 @@ async fn readyz(p: &Proc) -> (u16, String) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn readyz_waits_for_the_schema_and_fails_through_a_database_outage() {
+async fn readyz_waits_for_the_schema_and_fails_through_database_and_redis_outages() {
     let redis = Redis::start();
     let db = Database::fresh();
     // A worker started before `migrate`: alive, not ready, and it says why.
@@ -435,5 +435,22 @@ async fn readyz_waits_for_the_schema_and_fails_through_a_database_outage() {
             (readyz(p).await.0 == 200).then_some(())
         })
         .await;
+    }
+
+    // Redis, which a cluster requires, goes away: unready, still alive.
+    drop(redis);
+    for p in [&worker, &api] {
+        let body = until("503 without Redis", LIMIT, async || {
+            let (status, body) = readyz(p).await;
+            (status == 503 && body.contains("redis unreachable")).then_some(body)
+        })
+        .await;
+        assert!(body.contains("\"unready\""), "{body}");
+        let health = client()
+            .get(p.url("/healthz"))
+            .send()
+            .await
+            .expect("healthz");
+        assert_eq!(health.status(), StatusCode::OK);
     }
 }

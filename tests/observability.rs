@@ -31,10 +31,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A span with its resource's `service.name`.
+/// A span with its resource's `service.name` and string attributes.
 #[derive(Debug, Clone)]
 struct Got {
     service: String,
+    resource: HashMap<String, String>,
     span: Span,
 }
 
@@ -78,19 +79,21 @@ fn decode(requests: Vec<Received>) -> Vec<Got> {
         let decoded =
             ExportTraceServiceRequest::decode(request.body.as_slice()).expect("OTLP protobuf");
         for resource in decoded.resource_spans {
-            let service = resource
+            let attributes: HashMap<String, String> = resource
                 .resource
-                .as_ref()
-                .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
-                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-                    AnyValue::StringValue(s) => Some(s.clone()),
+                .iter()
+                .flat_map(|r| r.attributes.iter())
+                .filter_map(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    AnyValue::StringValue(s) => Some((kv.key.clone(), s.clone())),
                     _ => None,
                 })
-                .unwrap_or_default();
+                .collect();
+            let service = attributes.get("service.name").cloned().unwrap_or_default();
             for scope in resource.scope_spans {
                 for span in scope.spans {
                     out.push(Got {
                         service: service.clone(),
+                        resource: attributes.clone(),
                         span,
                     });
                 }
@@ -550,7 +553,12 @@ async fn every_answer_has_a_request_id_and_a_5xx_names_it_as_instance() {
 async fn traces_go_over_otlp_grpc_and_a_scheduled_fire_keeps_its_trace_id() {
     let receiver = Receiver::start().await;
     let grpc = GrpcReceiver::start().await;
-    let p = serve_with(&receiver, &otel(format!("http://{}", grpc.addr), "grpc"));
+    let mut env = otel(format!("http://{}", grpc.addr), "grpc");
+    env.push((
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "deployment.environment=ci,team=ops".into(),
+    ));
+    let p = serve_with(&receiver, &env);
     let job = create_job(&p, "grpc traced", "demo.echo", "* * * * * *").await;
     let runs = runs_when(&p, job, |runs| {
         runs.iter().any(|r| r["status"] == "success")
@@ -595,6 +603,18 @@ async fn traces_go_over_otlp_grpc_and_a_scheduled_fire_keeps_its_trace_id() {
     })
     .await;
     assert_eq!(fire.service, "qiwu-test");
+    for (key, expected) in [
+        ("deployment.environment", "ci"),
+        ("team", "ops"),
+        ("qiwu.role", "serve"),
+    ] {
+        assert_eq!(
+            fire.resource.get(key).map(String::as_str),
+            Some(expected),
+            "{key}: {:?}",
+            fire.resource
+        );
+    }
     assert_eq!(fire.attr("fire.trigger").as_deref(), Some("schedule"));
     assert_eq!(fire.attr("job.id"), Some(job.to_string()));
     assert_eq!(attempt.trace(), trace);
@@ -860,4 +880,75 @@ async fn a_lost_job_lock_is_counted_and_is_an_event_of_the_fire() {
             "{event:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_that_never_answers_holds_up_no_fire_and_drops_are_counted() {
+    // Takes connections and never answers them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_addr = silent.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let receiver = Receiver::start().await;
+    let mut env = otel(format!("http://{silent_addr}"), "http/protobuf");
+    env.extend([
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "2".to_string()),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1".to_string()),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "120000".to_string()),
+    ]);
+    let p = serve_with(&receiver, &env);
+    let job = create_job(&p, "unhindered", "demo.echo", "0 0 0 1 1 *").await;
+    for n in 1..=5 {
+        run_once(&p, job).await;
+        let runs = ended_runs(&p, job, n).await;
+        assert_eq!(runs[0]["status"], "success", "{runs:?}");
+        let at = |field: &str| {
+            chrono::DateTime::parse_from_rfc3339(runs[0][field].as_str().expect(field))
+                .expect("a time")
+        };
+        let lag = at("startedAt") - at("scheduledAt");
+        assert!(
+            lag < chrono::Duration::seconds(5),
+            "lag {lag} with the collector stuck"
+        );
+    }
+    // The first export still waits for its answer: later spans found the
+    // queue full and were dropped, and counted.
+    let dropped = until("the dropped spans are counted", LIMIT, async || {
+        let samples = metrics(&p).await;
+        value(
+            &samples,
+            "qiwu_trace_spans_dropped_total",
+            &[("reason", "queue_full")],
+        )
+        .filter(|n| *n >= 1.0)
+    })
+    .await;
+    assert!(dropped >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sampler_variables_are_obeyed() {
+    let receiver = Receiver::start().await;
+    let mut env = otel(format!("http://{}", receiver.addr), "http/protobuf");
+    env.push(("OTEL_TRACES_SAMPLER", "always_off".into()));
+    let p = serve_with(&receiver, &env);
+    let job = create_job(&p, "sampled out", "demo.echo", "0 0 0 1 1 *").await;
+    run_once(&p, job).await;
+    let runs = ended_runs(&p, job, 1).await;
+    assert_eq!(runs[0]["status"], "success", "{runs:?}");
+    let detail = run_detail(&p, &runs[0]).await;
+    assert_eq!(detail["traceId"], Value::Null, "not sampled: {detail}");
+    assert!(
+        spans(&receiver)
+            .iter()
+            .all(|g| !g.span.name.starts_with("fire ")),
+        "a fire was exported"
+    );
 }
