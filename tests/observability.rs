@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{SECRET, admin_token, client};
 use observe::{
-    Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, Redis, cluster_env,
+    Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, Redis, TestTls, cluster_env,
     parse_exposition, until, value,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -637,6 +637,32 @@ async fn traces_go_over_otlp_grpc_and_a_scheduled_fire_keeps_its_trace_id() {
         receiver.received("/v1/traces").is_empty(),
         "nothing goes over OTLP/HTTP"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn traces_go_over_otlp_grpc_with_tls_to_an_https_collector() {
+    let tls = TestTls::make();
+    let receiver = Receiver::start().await;
+    let grpc = GrpcReceiver::start_tls(&tls).await;
+    let port = grpc.addr.rsplit_once(':').map(|(_, p)| p).expect("port");
+    let mut env = otel(format!("https://localhost:{port}"), "grpc");
+    // The collector's authority, trusted as a system root would be.
+    env.push(("SSL_CERT_FILE", tls.ca_file.display().to_string()));
+    let p = serve_with(&receiver, &env);
+    let job = create_job(&p, "grpc over tls", "demo.echo", "0 0 0 1 1 *").await;
+    run_once(&p, job).await;
+    let runs = ended_runs(&p, job, 1).await;
+    assert_eq!(runs[0]["status"], "success", "{runs:?}");
+    let trace = run_detail(&p, &runs[0]).await["traceId"]
+        .as_str()
+        .expect("traceId")
+        .to_string();
+    until("the fire's span arrived over TLS", LIMIT, async || {
+        decode(grpc.received(GRPC_EXPORT))
+            .into_iter()
+            .find(|g| g.trace() == trace && g.span.name == "fire grpc over tls")
+    })
+    .await;
 }
 
 /// The trace and parent span ids a W3C `traceparent` names.

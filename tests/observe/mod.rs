@@ -1,7 +1,7 @@
 //! Helpers of the observability tests: a process with its stderr kept in a
 //! file, a small HTTP receiver (OTLP/HTTP traces, a remote handler, a
-//! webhook), a small gRPC receiver (OTLP/gRPC traces), a strict
-//! OpenMetrics parser.
+//! webhook), a small gRPC receiver (OTLP/gRPC traces, with or without
+//! TLS), a strict OpenMetrics parser.
 
 #![allow(dead_code)]
 
@@ -231,7 +231,34 @@ pub struct GrpcReceiver {
 }
 
 impl GrpcReceiver {
+    /// Without TLS (an `http://` endpoint).
     pub async fn start() -> GrpcReceiver {
+        GrpcReceiver::start_with(None).await
+    }
+
+    /// Over TLS with `tls`'s certificate (an `https://` endpoint).
+    pub async fn start_tls(tls: &TestTls) -> GrpcReceiver {
+        use tokio_rustls::rustls;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![rustls::pki_types::CertificateDer::from(
+                    tls.leaf_der.clone(),
+                )],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(
+                    rustls::pki_types::PrivatePkcs8KeyDer::from(tls.key_der.clone()),
+                ),
+            )
+            .expect("the test certificate");
+        // gRPC clients insist on HTTP/2 by ALPN.
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        GrpcReceiver::start_with(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> GrpcReceiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -244,14 +271,15 @@ impl GrpcReceiver {
                     return;
                 };
                 let seen = Arc::clone(&seen);
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(socket).await else {
-                        return;
-                    };
-                    // Accepting is what drives the connection, so each call
-                    // is answered in a task of its own.
-                    while let Some(Ok((request, respond))) = conn.accept().await {
-                        tokio::spawn(grpc_call(request, respond, Arc::clone(&seen)));
+                    match tls {
+                        None => grpc_connection(socket, seen).await,
+                        Some(acceptor) => {
+                            if let Ok(socket) = acceptor.accept(socket).await {
+                                grpc_connection(socket, seen).await;
+                            }
+                        }
                     }
                 });
             }
@@ -267,6 +295,116 @@ impl GrpcReceiver {
             .filter(|r| r.path.starts_with(path_prefix))
             .cloned()
             .collect()
+    }
+}
+
+/// Serves the gRPC calls of one connection.
+async fn grpc_connection<S>(socket: S, seen: Arc<Mutex<Vec<Received>>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Ok(mut conn) = h2::server::handshake(socket).await else {
+        return;
+    };
+    // Accepting is what drives the connection, so each call is answered in
+    // a task of its own.
+    while let Some(Ok((request, respond))) = conn.accept().await {
+        tokio::spawn(grpc_call(request, respond, Arc::clone(&seen)));
+    }
+}
+
+/// A certificate authority of the test's own and a server certificate it
+/// signed for `localhost` and 127.0.0.1, made by the `openssl` tool.
+pub struct TestTls {
+    /// The authority's certificate (PEM), for `SSL_CERT_FILE`.
+    pub ca_file: PathBuf,
+    pub leaf_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+    _dir: TempDir,
+}
+
+impl TestTls {
+    pub fn make() -> TestTls {
+        let dir = TempDir::new("tls");
+        let at = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(
+            at("leaf.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("extensions");
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let steps: Vec<Vec<String>> = vec![
+            [
+                &["req", "-x509"][..],
+                &ec[..],
+                &["-days", "2", "-subj", "/CN=qiwu test CA"][..],
+            ]
+            .concat()
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["-keyout".into(), at("ca.key"), "-out".into(), at("ca.pem")])
+            .collect(),
+            [&["req"][..], &ec[..], &["-subj", "/CN=localhost"][..]]
+                .concat()
+                .iter()
+                .map(|s| s.to_string())
+                .chain([
+                    "-keyout".into(),
+                    at("leaf.key"),
+                    "-out".into(),
+                    at("leaf.csr"),
+                ])
+                .collect(),
+            vec![
+                "x509".into(),
+                "-req".into(),
+                "-in".into(),
+                at("leaf.csr"),
+                "-CA".into(),
+                at("ca.pem"),
+                "-CAkey".into(),
+                at("ca.key"),
+                "-CAcreateserial".into(),
+                "-days".into(),
+                "2".into(),
+                "-extfile".into(),
+                at("leaf.ext"),
+                "-outform".into(),
+                "DER".into(),
+                "-out".into(),
+                at("leaf.der"),
+            ],
+            vec![
+                "pkcs8".into(),
+                "-topk8".into(),
+                "-nocrypt".into(),
+                "-in".into(),
+                at("leaf.key"),
+                "-outform".into(),
+                "DER".into(),
+                "-out".into(),
+                at("key.der"),
+            ],
+        ];
+        for args in steps {
+            let out = Command::new("openssl")
+                .args(&args)
+                .output()
+                .expect("the openssl tool must be installed for the TLS tests");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        }
+        TestTls {
+            ca_file: dir.path().join("ca.pem"),
+            leaf_der: std::fs::read(at("leaf.der")).expect("leaf"),
+            key_der: std::fs::read(at("key.der")).expect("key"),
+            _dir: dir,
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //!   keep it off.
 //! - `OTEL_EXPORTER_OTLP_PROTOCOL` (or `…_TRACES_PROTOCOL`): `http/protobuf`
 //!   (the default) or `grpc`. Headers, timeout and compression variables are
-//!   read by the exporter itself.
+//!   read by the exporter itself. gRPC goes over TLS to an `https://`
+//!   endpoint (or one without a scheme unless `…_INSECURE=true`), checked
+//!   against the system's roots or `SSL_CERT_FILE`.
 //! - `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`: the resource
 //!   (`service.name` defaults to `qiwu-scheduler`).
 //! - `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`: read by the SDK.
@@ -67,6 +69,8 @@ pub struct QueueConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceConfig {
     pub protocol: Protocol,
+    /// gRPC over TLS (the endpoint is `https://`).
+    pub tls: bool,
     pub queue: QueueConfig,
 }
 
@@ -92,6 +96,23 @@ fn number(
                     problem: format!("{v:?} is not a positive whole number"),
                 })
         }
+    }
+}
+
+/// Whether a gRPC export is encrypted: the endpoint's scheme says so, and
+/// an endpoint without one is `https` unless `…_INSECURE` is `true` (the
+/// OTLP exporter's rule).
+fn grpc_tls(get: &dyn Fn(&str) -> Option<String>) -> bool {
+    let endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", get)
+        .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT", get))
+        .unwrap_or_default();
+    match endpoint.split_once("://") {
+        Some((scheme, _)) if !scheme.contains(['/', '?', '#']) => {
+            scheme.eq_ignore_ascii_case("https")
+        }
+        _ => !var("OTEL_EXPORTER_OTLP_TRACES_INSECURE", get)
+            .or_else(|| var("OTEL_EXPORTER_OTLP_INSECURE", get))
+            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
     }
 }
 
@@ -148,7 +169,12 @@ impl TraceConfig {
             delay: Duration::from_millis(number("OTEL_BSP_SCHEDULE_DELAY", 1000, get)?),
             export_timeout: Duration::from_millis(number("OTEL_BSP_EXPORT_TIMEOUT", 30_000, get)?),
         };
-        Ok(Some(TraceConfig { protocol, queue }))
+        let tls = protocol == Protocol::Grpc && grpc_tls(get);
+        Ok(Some(TraceConfig {
+            protocol,
+            tls,
+            queue,
+        }))
     }
 }
 
@@ -191,8 +217,17 @@ pub(crate) fn start(
             tokio::spawn(export_loop(exporter, rx, flushes, config.queue));
         }
         Protocol::Grpc => {
-            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
+            use opentelemetry_otlp::WithTonicConfig;
+            let mut builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            if config.tls {
+                // tonic trusts no root by default: the system's (or
+                // SSL_CERT_FILE's), as for Redis.
+                builder = builder.with_tls_config(
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                        .with_native_roots(),
+                );
+            }
+            let mut exporter = builder
                 .build()
                 .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
             exporter.set_resource(&resource);
@@ -514,6 +549,48 @@ mod tests {
                 .expect_err(value);
             assert!(err.to_string().contains(named), "{err}");
         }
+    }
+
+    #[test]
+    fn grpc_uses_tls_as_the_endpoint_says() {
+        let cases: [(&[(&str, &str)], bool); 7] = [
+            (&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")], false),
+            (&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4317")], true),
+            (&[("OTEL_EXPORTER_OTLP_ENDPOINT", "HTTPS://c:4317")], true),
+            (&[("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4317")], true),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4317"),
+                    ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+                ],
+                false,
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://t:4317"),
+                ],
+                true,
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "t:4317"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "TRUE"),
+                ],
+                false,
+            ),
+        ];
+        for (vars, tls) in cases {
+            let mut vars = vars.to_vec();
+            vars.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"));
+            let on = config(&vars).expect("ok").expect("on");
+            assert_eq!(on.tls, tls, "{vars:?}");
+        }
+        // HTTP's client follows the scheme itself.
+        let http = config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318")])
+            .expect("ok")
+            .expect("on");
+        assert!(!http.tls);
     }
 
     #[test]
