@@ -2,6 +2,7 @@
 //! run log is read straight from its SQLite file.
 
 mod common;
+mod observe;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -208,6 +209,51 @@ async fn restart_after_missed_fires_records_one_misfire_per_job() {
             .any(|r| r.trigger == "schedule" && r.scheduled_at > missed_at)
     })
     .await;
+
+    // The metrics count the times each record stands for ("Missed N fire
+    // times …"), and the two claims of the misfire path. Built-in jobs
+    // may have missed times too, so at least these.
+    let mut missed = 0.0;
+    for job in [skip, catch_up] {
+        let runs = runs_of(&store, job).await;
+        let output = &runs
+            .iter()
+            .find(|r| r.trigger == "misfire")
+            .expect("a misfire record")
+            .output;
+        let n: f64 = output
+            .split("Missed ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {output:?}"));
+        assert!(n >= 1.0, "{output}");
+        missed += n;
+    }
+    let text = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    let samples = observe::parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let at_least = |name: &str, labels: &[(&str, &str)], least: f64| {
+        let got = observe::value(&samples, name, labels).unwrap_or(0.0);
+        assert!(got >= least, "{name}{labels:?} = {got}, want ≥ {least}");
+    };
+    at_least("qiwu_missed_fires_total", &[("reason", "downtime")], missed);
+    at_least(
+        "qiwu_fires_total",
+        &[("trigger", "misfire"), ("outcome", "skipped_misfire")],
+        1.0,
+    );
+    at_least(
+        "qiwu_fires_total",
+        &[("trigger", "misfire"), ("outcome", "claimed")],
+        1.0,
+    );
 }
 
 #[tokio::test]

@@ -479,6 +479,30 @@ async fn metrics_count_fires_and_runs_and_follow_the_jobs() {
             .then_some(())
     })
     .await;
+
+    // A job that never ran has its series (status 0) until it is deleted.
+    let doomed = create_job(&p, "doomed", "demo.echo", "0 0 0 1 1 *").await;
+    let doomed_id = doomed.to_string();
+    let labels = [("job_id", doomed_id.as_str()), ("job", "doomed")];
+    until("the new job's series appear", LIMIT, async || {
+        (value(&metrics(&p).await, "qiwu_job_last_run_status", &labels) == Some(0.0)).then_some(())
+    })
+    .await;
+    let res = client()
+        .delete(p.url(&format!("/api/jobs/{doomed}")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("delete");
+    assert!(res.status().is_success(), "{:?}", res.status());
+    until("the deleted job's series are dropped", LIMIT, async || {
+        let samples = metrics(&p).await;
+        samples
+            .iter()
+            .all(|s| s.labels.get("job_id") != Some(&doomed_id))
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
