@@ -401,4 +401,33 @@ mod tests {
             assert_eq!(status_code(status), code, "{status:?}");
         }
     }
+
+    #[tokio::test]
+    async fn readiness_follows_the_engine_and_the_clock_skew() {
+        let store = Store::connect("sqlite::memory:").await.expect("sqlite");
+        let mut ops = Ops::new(store, "worker");
+        ops.max_skew_ms = 2000;
+        let skew = Arc::new(AtomicI64::new(0));
+        ops.skew_ms = Some(Arc::clone(&skew));
+        let engine: EngineReadiness = Arc::new(|| Some("starting".to_string()));
+        let cases: [(i64, Option<EngineReadiness>, &[&str]); 5] = [
+            (0, None, &[]),
+            (2000, None, &[]),
+            (-2001, None, &["clock skew -2001 ms exceeds 2000 ms"]),
+            (2500, None, &["clock skew 2500 ms exceeds 2000 ms"]),
+            (
+                2500,
+                Some(engine),
+                &[
+                    "engine not running: starting",
+                    "clock skew 2500 ms exceeds 2000 ms",
+                ],
+            ),
+        ];
+        for (ms, engine, expected) in cases {
+            skew.store(ms, Ordering::Relaxed);
+            ops.engine = engine;
+            assert_eq!(readiness_problems(&ops).await, expected, "skew {ms}");
+        }
+    }
 }
