@@ -224,7 +224,7 @@ async fn run_detail(p: &Proc, run: &Value) -> Value {
 async fn runs_when(p: &Proc, job: i64, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     until("the runs", LIMIT, async || {
         let page: Value = client()
-            .get(p.url(&format!("/api/runs?jobId={job}")))
+            .get(p.url(&format!("/api/runs?jobId={job}&limit=100")))
             .bearer_auth(admin_token())
             .send()
             .await
@@ -1000,5 +1000,68 @@ async fn the_sampler_variables_are_obeyed() {
             .iter()
             .all(|g| !g.span.name.starts_with("fire ")),
         "a fire was exported"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overlapping_fires_are_counted_as_skips_the_run_log_agrees_with() {
+    let receiver = Receiver::start().await;
+    let p = serve(&receiver, false);
+    // Runs 2.5 s every second and never overlaps itself.
+    let job = create(
+        &p,
+        json!({"name": "overlapping", "handler": "demo.echo", "cron": "* * * * * *",
+               "params": {"delayMs": 2500}}),
+    )
+    .await;
+    runs_when(&p, job, |runs| {
+        runs.iter().filter(|r| r["status"] == "skipped").count() >= 2
+            && runs.iter().any(|r| r["status"] == "success")
+    })
+    .await;
+    let res = client()
+        .put(p.url(&format!("/api/jobs/{job}/enabled")))
+        .bearer_auth(admin_token())
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .expect("disable");
+    assert!(res.status().is_success());
+    // Once nothing runs (a claim under way at the switch may still land),
+    // the counters equal the run log's records.
+    let samples = until("the counters agree with the run log", LIMIT, async || {
+        let runs = runs_when(&p, job, |runs| {
+            runs.iter().all(|r| r["status"] != "running")
+        })
+        .await;
+        let count = |status: &str| runs.iter().filter(|r| r["status"] == status).count() as f64;
+        let samples = metrics(&p).await;
+        let runs_total = |status: &str| {
+            value(
+                &samples,
+                "qiwu_runs_total",
+                &[("handler", "demo.echo"), ("status", status)],
+            )
+        };
+        let durations = value(
+            &samples,
+            "qiwu_run_duration_seconds_count",
+            &[("handler", "demo.echo")],
+        );
+        // Only what ran the handler has a duration.
+        (runs_total("success") == Some(count("success"))
+            && runs_total("skipped") == Some(count("skipped"))
+            && durations == Some(count("success")))
+        .then_some(samples)
+    })
+    .await;
+    assert!(
+        value(
+            &samples,
+            "qiwu_fires_total",
+            &[("trigger", "schedule"), ("outcome", "skipped_overlap")]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "no skipped_overlap"
     );
 }
