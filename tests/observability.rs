@@ -895,12 +895,31 @@ async fn a_lost_job_lock_is_counted_and_is_an_event_of_the_fire() {
 
     // The fire's span holds the lock's story as events, in order.
     let trace = detail["traceId"].as_str().expect("traceId").to_string();
-    let fire = until("the fire's span", LIMIT, async || {
-        spans(&receiver)
-            .into_iter()
-            .find(|g| g.trace() == trace && g.span.name == "fire long holder")
+    let (request, fire) = until("the request's and the fire's spans", LIMIT, async || {
+        let all = spans(&receiver);
+        let of = |name: &str| {
+            all.iter()
+                .find(|g| g.trace() == trace && g.span.name == name)
+                .cloned()
+        };
+        Some((of("POST /api/jobs/{id}/run")?, of("fire long holder")?))
     })
     .await;
+    // Across processes: the api's request is the parent of the worker's
+    // fire (through the fire's row in PostgreSQL).
+    assert_eq!(fire.parent(), request.id());
+    assert_eq!(
+        request.resource.get("qiwu.role").map(String::as_str),
+        Some("api")
+    );
+    assert_eq!(
+        fire.resource.get("qiwu.role").map(String::as_str),
+        Some("worker")
+    );
+    assert_eq!(
+        fire.resource.get("service.instance.id").map(String::as_str),
+        Some("lock-worker-1")
+    );
     let events: Vec<&str> = fire
         .span
         .events
