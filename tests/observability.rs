@@ -778,8 +778,10 @@ async fn webhook_deliveries_carry_the_traceparent_of_the_dispatch_attempt() {
         Some("notify.dispatch"),
         "{attempt:?}"
     );
+    // The sender writes its trace id with its end.
     let runs = runs_when(&p, dispatch, |runs| {
         runs.iter().any(|r| r["status"] == "success")
+            && runs.iter().all(|r| r["status"] != "running")
     })
     .await;
     let mut sender = None;
