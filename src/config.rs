@@ -1,6 +1,7 @@
 //! Configuration from the environment (SPEC §2), each bad value reported
 //! with the variable that holds it.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -12,26 +13,80 @@ pub const DATA_DIR: &str = "data";
 const SECRET_FILE: &str = "jwt-secret";
 const MIN_SECRET_LEN: usize = 16;
 
+/// A secret from the environment. Its `Debug` says only that it is set, so a
+/// logged `Config` never carries it; `expose` is the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A database or Redis URL, which may hold a password: `Debug` and
+/// `Display` show it with the password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectionUrl(String);
+
+impl ConnectionUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl fmt::Debug for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConnectionUrl({self})")
+    }
+}
+
+/// A URL without its password, fit for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// Settings shared by every subcommand.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub database_url: String,
+    pub database_url: ConnectionUrl,
     /// True when the database URL came from the default.
     pub database_is_default: bool,
-    pub redis_url: Option<String>,
-    pub jwt_secret: Option<String>,
+    pub redis_url: Option<ConnectionUrl>,
+    pub jwt_secret: Option<Secret>,
     /// `QIWU_JWT_PREVIOUS_SECRETS`: secrets tokens are still accepted with
     /// (never signed with) while `QIWU_JWT_SECRET` is rotated.
-    pub jwt_previous_secrets: Vec<String>,
+    pub jwt_previous_secrets: Vec<Secret>,
     pub timezone: Tz,
     pub instance_id: String,
     /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
     /// deliveries with; without it nothing is delivered.
-    pub webhook_secret: Option<String>,
+    pub webhook_secret: Option<Secret>,
     /// `QIWU_WEBHOOK_PREVIOUS_SECRETS`: deliveries are signed with these
     /// too while `QIWU_WEBHOOK_SECRET` is rotated.
-    pub webhook_previous_secrets: Vec<String>,
+    pub webhook_previous_secrets: Vec<Secret>,
     /// `QIWU_CONFIG`: the file that declares handlers in other services
     /// (read by `serve`, `api` and `worker`; see `config_file`).
     pub config_file: Option<PathBuf>,
@@ -159,17 +214,18 @@ impl Config {
             MAX_MAX_PENDING_RUN_ONCE,
             DEFAULT_MAX_PENDING_RUN_ONCE,
         )?;
+        let secrets = |list: Vec<String>| list.into_iter().map(Secret).collect();
         Ok(Config {
             listen,
-            database_url,
+            database_url: ConnectionUrl(database_url),
             database_is_default,
-            redis_url,
-            jwt_secret,
-            jwt_previous_secrets,
+            redis_url: redis_url.map(ConnectionUrl),
+            jwt_secret: jwt_secret.map(Secret),
+            jwt_previous_secrets: secrets(jwt_previous_secrets),
             timezone,
             instance_id,
-            webhook_secret,
-            webhook_previous_secrets,
+            webhook_secret: webhook_secret.map(Secret),
+            webhook_previous_secrets: secrets(webhook_previous_secrets),
             config_file,
             misfire_threshold,
             max_in_flight,
@@ -178,7 +234,7 @@ impl Config {
     }
 
     pub fn is_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
+        self.database_url.expose().starts_with("sqlite:")
     }
 
     /// `api` and `worker` share state across processes: they need a server
@@ -204,7 +260,7 @@ impl Config {
     /// `data/jwt-secret` (created with mode 0600 on first use).
     pub fn jwt_secret_or_file(&self) -> anyhow::Result<String> {
         if let Some(s) = &self.jwt_secret {
-            return Ok(s.clone());
+            return Ok(s.expose().to_string());
         }
         let path = Path::new(DATA_DIR).join(SECRET_FILE);
         read_or_create_secret(&path)
@@ -343,6 +399,48 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_secrets_or_passwords() {
+        let config = Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: ConnectionUrl("postgres://qiwu:db-password-1@db/qiwu".into()),
+            database_is_default: false,
+            redis_url: Some(ConnectionUrl(
+                "rediss://:redis-password-1@cache:6380".into(),
+            )),
+            jwt_secret: Some(Secret("jwt-secret-0123456789".into())),
+            jwt_previous_secrets: vec![Secret("old-jwt-secret-0123456".into())],
+            timezone: chrono_tz::Asia::Shanghai,
+            instance_id: "w1".into(),
+            webhook_secret: Some(Secret("webhook-secret-0123456".into())),
+            webhook_previous_secrets: vec![Secret("old-webhook-secret-012".into())],
+            config_file: None,
+            misfire_threshold: std::time::Duration::from_secs(5),
+            max_in_flight: 10,
+            max_pending_run_once: 10,
+        };
+        let shown = format!("{config:?}");
+        for secret in [
+            "db-password-1",
+            "redis-password-1",
+            "jwt-secret-0123456789",
+            "old-jwt-secret-0123456",
+            "webhook-secret-0123456",
+            "old-webhook-secret-012",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("postgres://qiwu:***@db/qiwu"), "{shown}");
+        assert_eq!(
+            config.database_url.to_string(),
+            "postgres://qiwu:***@db/qiwu"
+        );
+        assert_eq!(
+            config.database_url.expose(),
+            "postgres://qiwu:db-password-1@db/qiwu"
+        );
+    }
 
     const CURRENT: (&str, Option<&str>) = ("QIWU_JWT_SECRET", Some("current-secret-0123"));
 

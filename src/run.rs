@@ -79,26 +79,19 @@ impl Role {
 }
 
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    Store::connect(&config.database_url).await.with_context(|| {
-        format!(
-            "cannot open the database at QIWU_DATABASE_URL ({})",
-            redact(&config.database_url)
-        )
-    })
+    Store::connect(config.database_url.expose())
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the database at QIWU_DATABASE_URL ({})",
+                config.database_url
+            )
+        })
 }
 
-/// A URL without its password, fit for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
+/// The secrets' values, for the code that signs or verifies with them.
+fn exposed(secrets: &[crate::config::Secret]) -> Vec<String> {
+    secrets.iter().map(|s| s.expose().to_string()).collect()
 }
 
 pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
@@ -115,14 +108,9 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         // Workers never migrate (several starting at once would race), and
         // they start without the database: the engine waits for it and for
         // the schema, and `/readyz` says what it waits for.
-        Store::open_lazy(&config.database_url)
+        Store::open_lazy(config.database_url.expose())
             .await
-            .with_context(|| {
-                format!(
-                    "invalid QIWU_DATABASE_URL ({})",
-                    redact(&config.database_url)
-                )
-            })?
+            .with_context(|| format!("invalid QIWU_DATABASE_URL ({})", config.database_url))?
     } else {
         open_store(&config).await?
     };
@@ -135,13 +123,14 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             .context("cannot seed the notification templates")?;
     }
     // A cluster: a server database plus Redis (always for api and worker).
-    let coord =
-        match (&config.redis_url, config.is_sqlite()) {
-            (Some(url), false) => Some(Coord::connect(url).await.with_context(|| {
-                format!("cannot reach Redis at QIWU_REDIS_URL ({})", redact(url))
-            })?),
-            _ => None,
-        };
+    let coord = match (&config.redis_url, config.is_sqlite()) {
+        (Some(url), false) => Some(
+            Coord::connect(url.expose())
+                .await
+                .with_context(|| format!("cannot reach Redis at QIWU_REDIS_URL ({url})"))?,
+        ),
+        _ => None,
+    };
     // Workers check the zone when their engine starts (the schema may not
     // be there yet).
     if coord.is_some() && role != Role::Worker {
@@ -162,10 +151,10 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
         Some(c) => c.clock.clone(),
         None => std::sync::Arc::new(SystemClock),
     };
-    let webhook_secrets = config.webhook_secret.clone().map(|current| {
+    let webhook_secrets = config.webhook_secret.as_ref().map(|current| {
         qiwu_scheduler_worker::handlers::signing::SigningSecrets::new(
-            current,
-            config.webhook_previous_secrets.clone(),
+            current.expose().to_string(),
+            exposed(&config.webhook_previous_secrets),
         )
     });
     if let Some(secrets) = &webhook_secrets
@@ -267,7 +256,7 @@ pub async fn serve(config: Config, role: Role) -> anyhow::Result<()> {
             }
             Some(
                 JwtKeys::from_secret(config.jwt_secret_or_file()?.as_bytes())?
-                    .with_previous(&config.jwt_previous_secrets)?,
+                    .with_previous(&exposed(&config.jwt_previous_secrets))?,
             )
         }
     };
