@@ -101,8 +101,8 @@ pub struct Config {
 }
 
 /// A whole number in `min..=max` from `name`, or `default` when unset.
-fn ranged(name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
-    match var(name)? {
+fn ranged(lookup: Lookup<'_>, name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
+    match var(lookup, name)? {
         None => Ok(default),
         Some(v) => match v.parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => Ok(n),
@@ -116,8 +116,11 @@ pub const DEFAULT_MAX_PENDING_RUN_ONCE: u64 = 100;
 /// Largest `QIWU_MAX_PENDING_RUN_ONCE`: each queued fire becomes a task.
 const MAX_MAX_PENDING_RUN_ONCE: u64 = 100_000;
 
-fn var(name: &str) -> anyhow::Result<Option<String>> {
-    match std::env::var(name) {
+/// Where settings are read from: `std::env::var`, or a test's own map.
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Result<String, std::env::VarError>;
+
+fn var(lookup: Lookup<'_>, name: &str) -> anyhow::Result<Option<String>> {
+    match lookup(name) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => Ok(Some(v.trim().to_string())),
         Err(std::env::VarError::NotPresent) => Ok(None),
@@ -127,13 +130,19 @@ fn var(name: &str) -> anyhow::Result<Option<String>> {
 
 impl Config {
     pub fn from_env() -> anyhow::Result<Config> {
-        let listen = match var("QIWU_LISTEN")? {
+        Config::from_vars(&|name| std::env::var(name))
+    }
+
+    /// The configuration `lookup` describes, by the same rules as the
+    /// environment's (an in-process app in a test reads a map).
+    pub fn from_vars(lookup: Lookup<'_>) -> anyhow::Result<Config> {
+        let listen = match var(lookup, "QIWU_LISTEN")? {
             Some(v) => v.parse::<SocketAddr>().with_context(|| {
                 format!("QIWU_LISTEN={v:?} is not an address such as 127.0.0.1:8080")
             })?,
             None => SocketAddr::from(([127, 0, 0, 1], 8080)),
         };
-        let (database_url, database_is_default) = match var("QIWU_DATABASE_URL")? {
+        let (database_url, database_is_default) = match var(lookup, "QIWU_DATABASE_URL")? {
             Some(v) => {
                 if ![
                     "sqlite:",
@@ -153,19 +162,19 @@ impl Config {
             }
             None => (format!("sqlite://{DATA_DIR}/qiwu.db"), true),
         };
-        let redis_url = var("QIWU_REDIS_URL")?;
+        let redis_url = var(lookup, "QIWU_REDIS_URL")?;
         if let Some(url) = &redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://"))
         {
             bail!("QIWU_REDIS_URL must start with redis:// or rediss://");
         }
-        let jwt_secret = var("QIWU_JWT_SECRET")?;
+        let jwt_secret = var(lookup, "QIWU_JWT_SECRET")?;
         if let Some(s) = &jwt_secret
             && s.len() < MIN_SECRET_LEN
         {
             bail!("QIWU_JWT_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
-        let timezone = match var("QIWU_TIMEZONE")? {
+        let timezone = match var(lookup, "QIWU_TIMEZONE")? {
             Some(v) => v.parse::<Tz>().map_err(|_| {
                 anyhow::anyhow!(
                     "QIWU_TIMEZONE={v:?} is not an IANA time zone such as Asia/Shanghai"
@@ -173,12 +182,12 @@ impl Config {
             })?,
             None => system_timezone(),
         };
-        let instance_id = match var("QIWU_INSTANCE_ID")? {
+        let instance_id = match var(lookup, "QIWU_INSTANCE_ID")? {
             Some(v) if v.len() > 128 => bail!("QIWU_INSTANCE_ID may have at most 128 characters"),
             Some(v) => v,
             None => format!("{}-{}", host_name(), std::process::id()),
         };
-        let webhook_secret = var("QIWU_WEBHOOK_SECRET")?;
+        let webhook_secret = var(lookup, "QIWU_WEBHOOK_SECRET")?;
         if let Some(s) = &webhook_secret
             && s.len() < MIN_SECRET_LEN
         {
@@ -186,12 +195,12 @@ impl Config {
         }
         let jwt_previous_secrets = previous_secrets(
             "QIWU_JWT_PREVIOUS_SECRETS",
-            var("QIWU_JWT_PREVIOUS_SECRETS")?.as_deref(),
+            var(lookup, "QIWU_JWT_PREVIOUS_SECRETS")?.as_deref(),
             ("QIWU_JWT_SECRET", jwt_secret.as_deref()),
         )?;
         let webhook_previous_secrets = previous_secrets(
             "QIWU_WEBHOOK_PREVIOUS_SECRETS",
-            var("QIWU_WEBHOOK_PREVIOUS_SECRETS")?.as_deref(),
+            var(lookup, "QIWU_WEBHOOK_PREVIOUS_SECRETS")?.as_deref(),
             ("QIWU_WEBHOOK_SECRET", webhook_secret.as_deref()),
         )?;
         if !webhook_previous_secrets.is_empty() && webhook_secret.is_none() {
@@ -199,16 +208,19 @@ impl Config {
                 "QIWU_WEBHOOK_PREVIOUS_SECRETS is set but QIWU_WEBHOOK_SECRET is not: deliveries are signed with the current secret first"
             );
         }
-        let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
+        let config_file = var(lookup, "QIWU_CONFIG")?.map(PathBuf::from);
         let misfire_threshold = std::time::Duration::from_millis(ranged(
+            lookup,
             "QIWU_MISFIRE_THRESHOLD_MS",
             1_000,
             3_600_000,
             5_000,
         )?);
-        let max_in_flight = usize::try_from(ranged("QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
-            .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
+        let max_in_flight =
+            usize::try_from(ranged(lookup, "QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
+                .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
         let max_pending_run_once = ranged(
+            lookup,
             "QIWU_MAX_PENDING_RUN_ONCE",
             1,
             MAX_MAX_PENDING_RUN_ONCE,
