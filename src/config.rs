@@ -1,6 +1,7 @@
 //! Configuration from the environment (SPEC §2), each bad value reported
 //! with the variable that holds it.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -12,26 +13,80 @@ pub const DATA_DIR: &str = "data";
 const SECRET_FILE: &str = "jwt-secret";
 const MIN_SECRET_LEN: usize = 16;
 
+/// A secret from the environment. Its `Debug` says only that it is set, so a
+/// logged `Config` never carries it; `expose` is the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A database or Redis URL, which may hold a password: `Debug` and
+/// `Display` show it with the password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectionUrl(String);
+
+impl ConnectionUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
+impl fmt::Debug for ConnectionUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConnectionUrl({self})")
+    }
+}
+
+/// A URL without its password, fit for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// Settings shared by every subcommand.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub database_url: String,
+    pub database_url: ConnectionUrl,
     /// True when the database URL came from the default.
     pub database_is_default: bool,
-    pub redis_url: Option<String>,
-    pub jwt_secret: Option<String>,
+    pub redis_url: Option<ConnectionUrl>,
+    pub jwt_secret: Option<Secret>,
     /// `QIWU_JWT_PREVIOUS_SECRETS`: secrets tokens are still accepted with
     /// (never signed with) while `QIWU_JWT_SECRET` is rotated.
-    pub jwt_previous_secrets: Vec<String>,
+    pub jwt_previous_secrets: Vec<Secret>,
     pub timezone: Tz,
     pub instance_id: String,
     /// `QIWU_WEBHOOK_SECRET`: the key `notify.dispatch` signs webhook
     /// deliveries with; without it nothing is delivered.
-    pub webhook_secret: Option<String>,
+    pub webhook_secret: Option<Secret>,
     /// `QIWU_WEBHOOK_PREVIOUS_SECRETS`: deliveries are signed with these
     /// too while `QIWU_WEBHOOK_SECRET` is rotated.
-    pub webhook_previous_secrets: Vec<String>,
+    pub webhook_previous_secrets: Vec<Secret>,
     /// `QIWU_CONFIG`: the file that declares handlers in other services
     /// (read by `serve`, `api` and `worker`; see `config_file`).
     pub config_file: Option<PathBuf>,
@@ -46,8 +101,8 @@ pub struct Config {
 }
 
 /// A whole number in `min..=max` from `name`, or `default` when unset.
-fn ranged(name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
-    match var(name)? {
+fn ranged(lookup: Lookup<'_>, name: &str, min: u64, max: u64, default: u64) -> anyhow::Result<u64> {
+    match var(lookup, name)? {
         None => Ok(default),
         Some(v) => match v.parse::<u64>() {
             Ok(n) if (min..=max).contains(&n) => Ok(n),
@@ -61,8 +116,11 @@ pub const DEFAULT_MAX_PENDING_RUN_ONCE: u64 = 100;
 /// Largest `QIWU_MAX_PENDING_RUN_ONCE`: each queued fire becomes a task.
 const MAX_MAX_PENDING_RUN_ONCE: u64 = 100_000;
 
-fn var(name: &str) -> anyhow::Result<Option<String>> {
-    match std::env::var(name) {
+/// Where settings are read from: `std::env::var`, or a test's own map.
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Result<String, std::env::VarError>;
+
+fn var(lookup: Lookup<'_>, name: &str) -> anyhow::Result<Option<String>> {
+    match lookup(name) {
         Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => Ok(Some(v.trim().to_string())),
         Err(std::env::VarError::NotPresent) => Ok(None),
@@ -72,13 +130,19 @@ fn var(name: &str) -> anyhow::Result<Option<String>> {
 
 impl Config {
     pub fn from_env() -> anyhow::Result<Config> {
-        let listen = match var("QIWU_LISTEN")? {
+        Config::from_vars(&|name| std::env::var(name))
+    }
+
+    /// The configuration `lookup` describes, by the same rules as the
+    /// environment's (an in-process app in a test reads a map).
+    pub fn from_vars(lookup: Lookup<'_>) -> anyhow::Result<Config> {
+        let listen = match var(lookup, "QIWU_LISTEN")? {
             Some(v) => v.parse::<SocketAddr>().with_context(|| {
                 format!("QIWU_LISTEN={v:?} is not an address such as 127.0.0.1:8080")
             })?,
             None => SocketAddr::from(([127, 0, 0, 1], 8080)),
         };
-        let (database_url, database_is_default) = match var("QIWU_DATABASE_URL")? {
+        let (database_url, database_is_default) = match var(lookup, "QIWU_DATABASE_URL")? {
             Some(v) => {
                 if ![
                     "sqlite:",
@@ -98,19 +162,19 @@ impl Config {
             }
             None => (format!("sqlite://{DATA_DIR}/qiwu.db"), true),
         };
-        let redis_url = var("QIWU_REDIS_URL")?;
+        let redis_url = var(lookup, "QIWU_REDIS_URL")?;
         if let Some(url) = &redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://"))
         {
             bail!("QIWU_REDIS_URL must start with redis:// or rediss://");
         }
-        let jwt_secret = var("QIWU_JWT_SECRET")?;
+        let jwt_secret = var(lookup, "QIWU_JWT_SECRET")?;
         if let Some(s) = &jwt_secret
             && s.len() < MIN_SECRET_LEN
         {
             bail!("QIWU_JWT_SECRET must have at least {MIN_SECRET_LEN} characters");
         }
-        let timezone = match var("QIWU_TIMEZONE")? {
+        let timezone = match var(lookup, "QIWU_TIMEZONE")? {
             Some(v) => v.parse::<Tz>().map_err(|_| {
                 anyhow::anyhow!(
                     "QIWU_TIMEZONE={v:?} is not an IANA time zone such as Asia/Shanghai"
@@ -118,12 +182,12 @@ impl Config {
             })?,
             None => system_timezone(),
         };
-        let instance_id = match var("QIWU_INSTANCE_ID")? {
+        let instance_id = match var(lookup, "QIWU_INSTANCE_ID")? {
             Some(v) if v.len() > 128 => bail!("QIWU_INSTANCE_ID may have at most 128 characters"),
             Some(v) => v,
             None => format!("{}-{}", host_name(), std::process::id()),
         };
-        let webhook_secret = var("QIWU_WEBHOOK_SECRET")?;
+        let webhook_secret = var(lookup, "QIWU_WEBHOOK_SECRET")?;
         if let Some(s) = &webhook_secret
             && s.len() < MIN_SECRET_LEN
         {
@@ -131,12 +195,12 @@ impl Config {
         }
         let jwt_previous_secrets = previous_secrets(
             "QIWU_JWT_PREVIOUS_SECRETS",
-            var("QIWU_JWT_PREVIOUS_SECRETS")?.as_deref(),
+            var(lookup, "QIWU_JWT_PREVIOUS_SECRETS")?.as_deref(),
             ("QIWU_JWT_SECRET", jwt_secret.as_deref()),
         )?;
         let webhook_previous_secrets = previous_secrets(
             "QIWU_WEBHOOK_PREVIOUS_SECRETS",
-            var("QIWU_WEBHOOK_PREVIOUS_SECRETS")?.as_deref(),
+            var(lookup, "QIWU_WEBHOOK_PREVIOUS_SECRETS")?.as_deref(),
             ("QIWU_WEBHOOK_SECRET", webhook_secret.as_deref()),
         )?;
         if !webhook_previous_secrets.is_empty() && webhook_secret.is_none() {
@@ -144,32 +208,36 @@ impl Config {
                 "QIWU_WEBHOOK_PREVIOUS_SECRETS is set but QIWU_WEBHOOK_SECRET is not: deliveries are signed with the current secret first"
             );
         }
-        let config_file = var("QIWU_CONFIG")?.map(PathBuf::from);
+        let config_file = var(lookup, "QIWU_CONFIG")?.map(PathBuf::from);
         let misfire_threshold = std::time::Duration::from_millis(ranged(
+            lookup,
             "QIWU_MISFIRE_THRESHOLD_MS",
             1_000,
             3_600_000,
             5_000,
         )?);
-        let max_in_flight = usize::try_from(ranged("QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
-            .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
+        let max_in_flight =
+            usize::try_from(ranged(lookup, "QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
+                .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
         let max_pending_run_once = ranged(
+            lookup,
             "QIWU_MAX_PENDING_RUN_ONCE",
             1,
             MAX_MAX_PENDING_RUN_ONCE,
             DEFAULT_MAX_PENDING_RUN_ONCE,
         )?;
+        let secrets = |list: Vec<String>| list.into_iter().map(Secret).collect();
         Ok(Config {
             listen,
-            database_url,
+            database_url: ConnectionUrl(database_url),
             database_is_default,
-            redis_url,
-            jwt_secret,
-            jwt_previous_secrets,
+            redis_url: redis_url.map(ConnectionUrl),
+            jwt_secret: jwt_secret.map(Secret),
+            jwt_previous_secrets: secrets(jwt_previous_secrets),
             timezone,
             instance_id,
-            webhook_secret,
-            webhook_previous_secrets,
+            webhook_secret: webhook_secret.map(Secret),
+            webhook_previous_secrets: secrets(webhook_previous_secrets),
             config_file,
             misfire_threshold,
             max_in_flight,
@@ -178,7 +246,7 @@ impl Config {
     }
 
     pub fn is_sqlite(&self) -> bool {
-        self.database_url.starts_with("sqlite:")
+        self.database_url.expose().starts_with("sqlite:")
     }
 
     /// `api` and `worker` share state across processes: they need a server
@@ -204,7 +272,7 @@ impl Config {
     /// `data/jwt-secret` (created with mode 0600 on first use).
     pub fn jwt_secret_or_file(&self) -> anyhow::Result<String> {
         if let Some(s) = &self.jwt_secret {
-            return Ok(s.clone());
+            return Ok(s.expose().to_string());
         }
         let path = Path::new(DATA_DIR).join(SECRET_FILE);
         read_or_create_secret(&path)
@@ -343,6 +411,48 @@ fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_secrets_or_passwords() {
+        let config = Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: ConnectionUrl("postgres://qiwu:db-password-1@db/qiwu".into()),
+            database_is_default: false,
+            redis_url: Some(ConnectionUrl(
+                "rediss://:redis-password-1@cache:6380".into(),
+            )),
+            jwt_secret: Some(Secret("jwt-secret-0123456789".into())),
+            jwt_previous_secrets: vec![Secret("old-jwt-secret-0123456".into())],
+            timezone: chrono_tz::Asia::Shanghai,
+            instance_id: "w1".into(),
+            webhook_secret: Some(Secret("webhook-secret-0123456".into())),
+            webhook_previous_secrets: vec![Secret("old-webhook-secret-012".into())],
+            config_file: None,
+            misfire_threshold: std::time::Duration::from_secs(5),
+            max_in_flight: 10,
+            max_pending_run_once: 10,
+        };
+        let shown = format!("{config:?}");
+        for secret in [
+            "db-password-1",
+            "redis-password-1",
+            "jwt-secret-0123456789",
+            "old-jwt-secret-0123456",
+            "webhook-secret-0123456",
+            "old-webhook-secret-012",
+        ] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("postgres://qiwu:***@db/qiwu"), "{shown}");
+        assert_eq!(
+            config.database_url.to_string(),
+            "postgres://qiwu:***@db/qiwu"
+        );
+        assert_eq!(
+            config.database_url.expose(),
+            "postgres://qiwu:db-password-1@db/qiwu"
+        );
+    }
 
     const CURRENT: (&str, Option<&str>) = ("QIWU_JWT_SECRET", Some("current-secret-0123"));
 

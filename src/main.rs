@@ -1,18 +1,14 @@
 //! `qiwu-scheduler`: one binary, several roles (SPEC §2). This file parses
-//! the command line and runs the short commands; `run.rs` wires the
-//! long-running roles.
-
-mod config;
-mod config_file;
-mod healthcheck;
-mod run;
+//! the command line and runs the short commands; the long-running roles
+//! are the library's `app::App`.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use qiwu_api::{Claims, JwtKeys};
 
-use crate::config::Config;
-use crate::run::{Role, open_store, serve};
+use qiwu_scheduler::app::{Role, open_store, serve};
+use qiwu_scheduler::config::Config;
+use qiwu_scheduler::healthcheck;
 
 #[derive(Parser)]
 #[command(

@@ -13,7 +13,7 @@ use common::cluster::Cluster;
 use common::{Db, admin_token, client};
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+use sea_orm::EntityTrait;
 use serde_json::json;
 
 async fn all_runs(store: &qiwu_storage::Store) -> Vec<run::Model> {
@@ -79,6 +79,28 @@ async fn check(
     runs
 }
 
+/// Most a phase of the scenarios below may take on a busy machine.
+const PHASE: Duration = Duration::from_secs(90);
+
+/// True when every job has a record scheduled at or after `at` (ms).
+fn all_fired_since(runs: &[run::Model], jobs: &[i64], at: i64) -> bool {
+    jobs.iter().all(|job| {
+        runs.iter()
+            .any(|r| r.job_id == *job && r.scheduled_at >= at)
+    })
+}
+
+/// How many records `instance` made for fire times at or after `at` (ms).
+fn claimed_since(runs: &[run::Model], instance: &str, at: i64) -> usize {
+    runs.iter()
+        .filter(|r| r.instance == instance && r.scheduled_at >= at)
+        .count()
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
     let mut cluster = Cluster::start(Db::Postgres, 3);
@@ -89,18 +111,40 @@ async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
     let serial = cluster
         .create(json!({"name": "serial", "handler": "demo.echo", "cron": "*/3 * * * * *", "timeoutMs": 0, "params": {"delayMs": 4000}}))
         .await;
-    // Measure from a few seconds after the jobs exist, when every worker armed them.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let from = chrono::Utc::now().timestamp_millis();
+    let store = cluster.store().await;
+    // Measure from once every job fires (every worker armed them).
+    let created = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| all_fired_since(runs, &jobs, created)).await;
+    let from = now_ms() + 1000;
 
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // A crash: once w2 has done its share, kill it; the others take its
+    // jobs over (every job fires again after the kill).
+    common::wait_for_all_runs(&store, PHASE, |runs| claimed_since(runs, "w2", from) >= 10).await;
     let killed = cluster.workers.remove("w2").expect("w2");
     let _ = killed.kill();
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let killed_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        all_fired_since(runs, &jobs, killed_at + 3000)
+    })
+    .await;
+    // Back: w2 claims fires again.
     cluster.start_worker("w2");
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let back_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        claimed_since(runs, "w2", back_at) >= 5
+    })
+    .await;
+    // Redis restarts under the cluster: every job and every worker goes on.
     cluster.redis.restart();
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let restarted_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        all_fired_since(runs, &jobs, restarted_at + 3000)
+            && ["w1", "w2", "w3"]
+                .iter()
+                .all(|w| claimed_since(runs, w, restarted_at + 3000) > 0)
+    })
+    .await;
+    // A job disabled while everything runs stops within a second.
     let disabled_job = jobs[5];
     let resp = client()
         .put(
@@ -114,19 +158,20 @@ async fn three_workers_on_postgres_through_kill_redis_restart_and_disable() {
         .await
         .expect("request");
     assert_eq!(resp.status(), StatusCode::OK);
-    let disabled_at = chrono::Utc::now().timestamp_millis();
-    tokio::time::sleep(Duration::from_secs(18)).await;
-    let to = chrono::Utc::now().timestamp_millis() - 2000;
+    let disabled_at = now_ms();
+    let others: Vec<i64> = jobs
+        .iter()
+        .copied()
+        .filter(|j| *j != disabled_job)
+        .collect();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        all_fired_since(runs, &others, disabled_at + 6000)
+    })
+    .await;
+    let to = now_ms() - 2000;
 
     // Stop every worker cleanly; nothing may be left running.
-    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
-    for id in ids {
-        if let Some(worker) = cluster.workers.remove(&id) {
-            let _ = worker.stop();
-        }
-    }
-    let store = cluster.store().await;
-    assert!(to - from >= 40_000, "ran for at least 40 s");
+    cluster.stop_workers();
     let runs = check(
         &store,
         &jobs,
@@ -159,29 +204,41 @@ async fn two_workers_on_mariadb_through_a_kill_and_a_rolling_restart() {
                 .await,
         );
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let from = chrono::Utc::now().timestamp_millis();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let store = cluster.store().await;
+    let created = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| all_fired_since(runs, &jobs, created)).await;
+    let from = now_ms() + 1000;
     // A crash: w2 keeps every job firing.
+    common::wait_for_all_runs(&store, PHASE, |runs| claimed_since(runs, "w1", from) >= 5).await;
     let killed = cluster.workers.remove("w1").expect("w1");
     let _ = killed.kill();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let killed_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        all_fired_since(runs, &jobs, killed_at + 3000)
+    })
+    .await;
     cluster.start_worker("w1");
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let back_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        claimed_since(runs, "w1", back_at) >= 3
+    })
+    .await;
     // A rolling restart: stop w2 cleanly, start it again.
     let stopped = cluster.workers.remove("w2").expect("w2");
     let _ = stopped.stop();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stopped_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        all_fired_since(runs, &jobs, stopped_at + 2000)
+    })
+    .await;
     cluster.start_worker("w2");
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let to = chrono::Utc::now().timestamp_millis() - 2000;
-    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
-    for id in ids {
-        if let Some(worker) = cluster.workers.remove(&id) {
-            let _ = worker.stop();
-        }
-    }
-    let store = cluster.store().await;
+    let back_at = now_ms();
+    common::wait_for_all_runs(&store, PHASE, |runs| {
+        claimed_since(runs, "w2", back_at) >= 3
+    })
+    .await;
+    let to = now_ms() - 2000;
+    cluster.stop_workers();
     check(&store, &jobs, (from, to), None, None).await;
 }
 
@@ -225,14 +282,14 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
     };
     run_once(&cluster).await;
     let store = cluster.store().await;
-    let started = wait(&store, job, |runs| {
+    let started = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().any(|r| r.status == "running")
     })
     .await;
     assert_eq!(started.len(), 1);
     // Cut Redis: the renewal cannot be confirmed.
     cluster.redis.stop();
-    let runs = wait(&store, job, |runs| {
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().all(|r| r.status != "running")
     })
     .await;
@@ -244,43 +301,31 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
     assert!(held < 10_000, "held {held} ms");
     // With Redis back, the next run starts only now, after the first ended.
     cluster.redis.restart();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Run once is announced over Redis: wait until every worker listens
+    // again (the database would tell them only at the next reconciliation).
+    let workers = cluster.workers.len().to_string();
+    let start = std::time::Instant::now();
+    while cluster
+        .redis
+        .cli(&["PUBSUB", "NUMSUB", qiwu_storage::CHANGES_CHANNEL])
+        .lines()
+        .nth(1)
+        .is_none_or(|n| n.trim() != workers)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "workers did not resubscribe"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     run_once(&cluster).await;
-    let runs = wait(&store, job, |runs| {
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().filter(|r| r.status == "running").count() == 1 && runs.len() == 2
     })
     .await;
     let first_end = runs[0].finished_at.unwrap_or(i64::MAX);
     assert!(runs[1].started_at >= first_end, "{runs:#?}");
-    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
-    for id in ids {
-        if let Some(worker) = cluster.workers.remove(&id) {
-            let _ = worker.stop();
-        }
-    }
-}
-
-async fn wait(
-    store: &qiwu_storage::Store,
-    job: i64,
-    done: impl Fn(&[run::Model]) -> bool,
-) -> Vec<run::Model> {
-    let start = std::time::Instant::now();
-    loop {
-        let runs = run::Entity::find()
-            .filter(run::Column::JobId.eq(job))
-            .all(store.connection())
-            .await
-            .expect("runs");
-        if done(&runs) {
-            return runs;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "not reached: {runs:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster.stop_workers();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -297,7 +342,7 @@ async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
         .expect("request");
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     let store = cluster.store().await;
-    let runs = wait(&store, job, |runs| {
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().any(|r| r.status == "running")
     })
     .await;
@@ -306,7 +351,7 @@ async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
     let victim = cluster.workers.remove(&owner).expect("the running worker");
     let _ = victim.kill();
     // The survivor closes the run within 30 s (15 s of silence + a beat).
-    let runs = wait(&store, job, |runs| {
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().all(|r| r.status != "running")
     })
     .await;
@@ -317,12 +362,7 @@ async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
     );
     assert_eq!(runs[0].status, "failed");
     assert!(runs[0].error.contains("Instance lost"), "{runs:#?}");
-    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
-    for id in ids {
-        if let Some(worker) = cluster.workers.remove(&id) {
-            let _ = worker.stop();
-        }
-    }
+    cluster.stop_workers();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,7 +380,7 @@ async fn run_once_in_a_cluster_runs_once_and_is_never_a_lost_race() {
             .await
             .expect("request");
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
-        let runs = wait(&store, job, |runs| {
+        let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
             runs.len() == round && runs.iter().all(|r| r.status != "running")
         })
         .await;
@@ -361,12 +401,7 @@ async fn run_once_in_a_cluster_runs_once_and_is_never_a_lost_race() {
             .count(),
         5
     );
-    let ids: Vec<String> = cluster.workers.keys().cloned().collect();
-    for id in ids {
-        if let Some(worker) = cluster.workers.remove(&id) {
-            let _ = worker.stop();
-        }
-    }
+    cluster.stop_workers();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

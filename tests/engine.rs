@@ -64,8 +64,11 @@ async fn every_second_job_runs_once_per_second() {
         assert_eq!(run.output, "tick");
         assert_eq!(run.trigger, "schedule");
         assert_eq!(run.attempt, 1);
-        // The run starts within a second of its scheduled time.
-        assert!(run.started_at - run.scheduled_at < 1000, "{run:?}");
+        // Started, not folded into a misfire: within the misfire threshold
+        // (5 s) of its time. How close to it is measured on a paused clock
+        // (engine_tests: every_fire_starts_at_its_scheduled_time) and by the
+        // fire_lag benchmark, not here on a shared machine.
+        assert!(run.started_at - run.scheduled_at < 5000, "{run:?}");
     }
 }
 
@@ -91,9 +94,11 @@ async fn run_once_obeys_timeout_and_retries() {
         assert_eq!(run.trigger, "manual");
         assert_eq!(run.status, "timeout", "{run:?}");
         assert!(run.error.contains("300"), "{run:?}");
-        // Recorded at the deadline, not when the handler would have ended.
+        // Recorded at the deadline, not when the handler would have ended
+        // (5 s); how exactly at the deadline is measured on a paused clock
+        // (engine_tests: a_timeout_is_recorded_at_the_deadline_…).
         let duration = run.duration_ms.expect("duration");
-        assert!((300..1500).contains(&duration), "{run:?}");
+        assert!((300..4500).contains(&duration), "{run:?}");
     }
     // The retry interval separates the attempts.
     assert!(runs[1].started_at - runs[0].finished_at.expect("finished") >= 100);

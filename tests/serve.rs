@@ -174,3 +174,70 @@ async fn healthcheck_probes_the_instance_on_qiwu_listen() {
         "{stderr}"
     );
 }
+
+/// The application is a library: a test builds `serve` in its own process
+/// (SQLite in a temporary directory, port 0), calls the API with a token
+/// minted from the same secret, and stops it like a signal would.
+#[tokio::test]
+async fn serve_builds_and_stops_in_process() {
+    use qiwu_scheduler::app::{App, Role};
+    use qiwu_scheduler::config::Config;
+
+    let dir = TempDir::new("in-process");
+    let secret = "in-process-secret-0123456789";
+    let vars = [
+        ("QIWU_LISTEN", "127.0.0.1:0".to_string()),
+        (
+            "QIWU_DATABASE_URL",
+            format!("sqlite://{}?mode=rwc", dir.path().join("qiwu.db").display()),
+        ),
+        ("QIWU_JWT_SECRET", secret.to_string()),
+        ("QIWU_TIMEZONE", "Asia/Shanghai".to_string()),
+    ];
+    let lookup = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .ok_or(std::env::VarError::NotPresent)
+    };
+    let config = Config::from_vars(&lookup).expect("configuration");
+    let app = App::build(config, Role::Serve).await.expect("app builds");
+    let base = format!("http://{}", app.addr());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(app.run_until_stopped(async {
+        let _ = stop_rx.await;
+    }));
+
+    let keys = qiwu_api::JwtKeys::from_secret(secret.as_bytes()).expect("keys");
+    let token = keys
+        .mint(&qiwu_api::Claims {
+            sub: "tester".into(),
+            name: "Tester".into(),
+            perms: vec![],
+            super_admin: true,
+            exp: (chrono::Utc::now() + chrono::Duration::hours(1)).timestamp(),
+        })
+        .expect("token");
+    let resp = client()
+        .get(format!("{base}/api/handlers"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    stop_tx.send(()).expect("the app is running");
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(15), running)
+        .await
+        .expect("stops within the grace period")
+        .expect("the app task");
+    assert!(ended.is_ok(), "a clean stop: {ended:?}");
+    assert!(
+        client()
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_err(),
+        "nothing listens after the stop"
+    );
+}

@@ -59,6 +59,32 @@ pub async fn runs_of(
 }
 
 /// Waits (polling the database every 100 ms, at most `limit`) until
+/// `done` holds for the whole run log; returns it.
+pub async fn wait_for_all_runs(
+    store: &qiwu_storage::Store,
+    limit: Duration,
+    done: impl Fn(&[qiwu_storage::entity::run::Model]) -> bool,
+) -> Vec<qiwu_storage::entity::run::Model> {
+    use sea_orm::EntityTrait;
+    let start = std::time::Instant::now();
+    loop {
+        let runs = qiwu_storage::entity::run::Entity::find()
+            .all(store.connection())
+            .await
+            .expect("read runs");
+        if done(&runs) {
+            return runs;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?} ({} runs)",
+            runs.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (polling the database every 100 ms, at most `limit`) until
 /// `done` holds for the job's runs; returns the runs.
 pub async fn wait_for_runs(
     store: &qiwu_storage::Store,

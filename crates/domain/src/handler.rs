@@ -2,26 +2,11 @@
 //! the compiled params schema every job of that handler is checked against.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
 use crate::lang::Lang;
-use crate::params;
-
-/// A handler's params JSON Schema, compiled once at start-up.
-#[derive(Clone)]
-pub struct ParamsSchema {
-    raw: Value,
-    validator: Arc<jsonschema::Validator>,
-}
-
-impl fmt::Debug for ParamsSchema {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ParamsSchema").field(&self.raw).finish()
-    }
-}
+use crate::params::{self, ParamsSchema, SchemaError};
 
 /// Why a handler cannot be registered.
 #[derive(Debug, thiserror::Error)]
@@ -36,35 +21,6 @@ pub enum HandlerError {
     InvalidName(String),
     #[error("handler {0} is registered twice")]
     Duplicate(String),
-}
-
-impl ParamsSchema {
-    /// Compiles a schema; no remote `$ref` is ever fetched (the `jsonschema`
-    /// crate is built without its resolvers).
-    pub fn compile(handler: &str, raw: Value) -> Result<ParamsSchema, HandlerError> {
-        if raw.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(HandlerError::NotAnObjectSchema {
-                name: handler.to_string(),
-            });
-        }
-        let validator =
-            jsonschema::validator_for(&raw).map_err(|e| HandlerError::InvalidSchema {
-                name: handler.to_string(),
-                reason: e.to_string(),
-            })?;
-        Ok(ParamsSchema {
-            raw,
-            validator: Arc::new(validator),
-        })
-    }
-
-    pub fn raw(&self) -> &Value {
-        &self.raw
-    }
-
-    pub(crate) fn validator(&self) -> &jsonschema::Validator {
-        &self.validator
-    }
 }
 
 /// What is known about one registered handler.
@@ -90,7 +46,15 @@ impl HandlerDescriptor {
         if !is_handler_name(name) {
             return Err(HandlerError::InvalidName(name.to_string()));
         }
-        let schema = ParamsSchema::compile(name, schema)?;
+        let schema = ParamsSchema::compile(schema).map_err(|e| match e {
+            SchemaError::NotAnObject => HandlerError::NotAnObjectSchema {
+                name: name.to_string(),
+            },
+            SchemaError::Invalid(reason) => HandlerError::InvalidSchema {
+                name: name.to_string(),
+                reason,
+            },
+        })?;
         let descriptor = HandlerDescriptor {
             name: name.to_string(),
             title_zh: title_zh.to_string(),

@@ -21,8 +21,9 @@ pub mod schedule;
 pub mod settings;
 
 pub use calendar::{Calendar, CalendarRule, DayKind};
-pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema};
+pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError};
 pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
 pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};
+pub use params::{ParamsSchema, SchemaError};
 pub use schedule::Schedule;

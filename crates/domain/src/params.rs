@@ -1,14 +1,63 @@
 //! Job params: a JSON object, at most 4000 characters serialized, with the
 //! handler schema's defaults filled in and then validated against it.
 
+use std::fmt;
+use std::sync::Arc;
+
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Map, Value};
 
-use crate::handler::ParamsSchema;
 use crate::lang::Lang;
 
 /// Most characters the serialized params may have (SPEC §3).
 pub const MAX_PARAMS_CHARS: usize = 4000;
+
+/// A handler's params JSON Schema, compiled once at start-up. It lives with
+/// the params it checks; a handler descriptor only carries one.
+#[derive(Clone)]
+pub struct ParamsSchema {
+    raw: Value,
+    validator: Arc<jsonschema::Validator>,
+}
+
+impl fmt::Debug for ParamsSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ParamsSchema").field(&self.raw).finish()
+    }
+}
+
+/// Why a params schema cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    #[error("the params schema must describe an object")]
+    NotAnObject,
+    #[error("invalid params schema: {0}")]
+    Invalid(String),
+}
+
+impl ParamsSchema {
+    /// Compiles a schema; no remote `$ref` is ever fetched (the `jsonschema`
+    /// crate is built without its resolvers).
+    pub fn compile(raw: Value) -> Result<ParamsSchema, SchemaError> {
+        if raw.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(SchemaError::NotAnObject);
+        }
+        let validator =
+            jsonschema::validator_for(&raw).map_err(|e| SchemaError::Invalid(e.to_string()))?;
+        Ok(ParamsSchema {
+            raw,
+            validator: Arc::new(validator),
+        })
+    }
+
+    pub fn raw(&self) -> &Value {
+        &self.raw
+    }
+
+    fn validator(&self) -> &jsonschema::Validator {
+        &self.validator
+    }
+}
 
 /// One problem with the params, located by a JSON pointer under `params`.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,37 +272,31 @@ mod tests {
     use super::*;
 
     fn echo_schema() -> ParamsSchema {
-        ParamsSchema::compile(
-            "demo.echo",
-            json!({
-                "type": "object",
-                "additionalProperties": false,
-                "properties": {
-                    "message": {"type": "string", "maxLength": 200, "default": "hello"},
-                    "delayMs": {"type": "integer", "minimum": 0, "maximum": 600000, "default": 0},
-                    "mode": {"enum": ["a", "b"]},
-                    "nested": {
-                        "type": "object",
-                        "properties": {"depth": {"type": "integer", "default": 3}}
-                    }
+        ParamsSchema::compile(json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "message": {"type": "string", "maxLength": 200, "default": "hello"},
+                "delayMs": {"type": "integer", "minimum": 0, "maximum": 600000, "default": 0},
+                "mode": {"enum": ["a", "b"]},
+                "nested": {
+                    "type": "object",
+                    "properties": {"depth": {"type": "integer", "default": 3}}
                 }
-            }),
-        )
+            }
+        }))
         .expect("schema")
     }
 
     fn required_schema() -> ParamsSchema {
-        ParamsSchema::compile(
-            "x.y",
-            json!({
-                "type": "object",
-                "required": ["target", "retries"],
-                "properties": {
-                    "target": {"type": "string", "minLength": 1},
-                    "retries": {"type": "integer", "default": 2}
-                }
-            }),
-        )
+        ParamsSchema::compile(json!({
+            "type": "object",
+            "required": ["target", "retries"],
+            "properties": {
+                "target": {"type": "string", "minLength": 1},
+                "retries": {"type": "integer", "default": 2}
+            }
+        }))
         .expect("schema")
     }
 
@@ -364,7 +407,7 @@ mod tests {
 
     #[test]
     fn length_limit_counts_characters_after_defaults() {
-        let schema = ParamsSchema::compile("x.y", json!({"type": "object"})).expect("schema");
+        let schema = ParamsSchema::compile(json!({"type": "object"})).expect("schema");
         // {"k":"…"} is 8 characters plus the text.
         let fits = "汉".repeat(MAX_PARAMS_CHARS - 8);
         assert!(check(&schema, Some(&json!({"k": fits}))).is_ok());

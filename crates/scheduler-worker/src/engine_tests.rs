@@ -310,6 +310,36 @@ fn ms(t: DateTime<Utc>) -> i64 {
 }
 
 #[tokio::test(start_paused = true)]
+async fn every_fire_starts_at_its_scheduled_time() {
+    let mut echo = job("on time", "test.stubborn", "* * * * * *");
+    echo.params = json!({"ms": 100});
+    let (h, ids) =
+        Harness::start(hold_clock().await, &[echo], chrono::Duration::zero(), None).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(10), |runs| {
+            runs.iter().filter(|r| r.status == "success").count() >= 5
+        })
+        .await;
+    // The timer sleeps until each fire time and the claim takes no engine
+    // time here: a fire starts within one step of the clock of its time,
+    // every second, one record each.
+    let done: Vec<_> = runs.iter().filter(|r| r.status == "success").collect();
+    for (i, run) in done.iter().take(5).enumerate() {
+        assert_eq!(
+            run.scheduled_at,
+            ms(t0()) + 1000 * (i as i64 + 1),
+            "{runs:#?}"
+        );
+        let lag = run.started_at - run.scheduled_at;
+        assert!(
+            (0..=STEP.as_millis() as i64).contains(&lag),
+            "started {lag} ms late: {run:?}"
+        );
+    }
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_timeout_is_recorded_at_the_deadline_and_the_slot_held_until_the_handler_returns() {
     let mut stubborn = job("stubborn", "test.stubborn", "* * * * * *");
     stubborn.params = json!({"ms": 4500});
