@@ -99,6 +99,7 @@ fn job(name: &str, handler: &str, cron: &str) -> NewJob {
         misfire_policy: "skip".into(),
         remark: String::new(),
         builtin_key: None,
+        alert: Default::default(),
     }
 }
 
