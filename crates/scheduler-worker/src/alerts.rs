@@ -166,7 +166,12 @@ pub async fn fire_ended(
     let attempt = facts.attempt.to_string();
     let time = written_in(facts.finished_at, facts.timezone);
     let run_id = facts.run_id.to_string();
-    let run_link = format!("/api/runs/{}", facts.run_id);
+    let link_setting = store.settings().get(settings::RUN_LINK).await?;
+    let run_link = settings::run_link(
+        link_setting.as_ref().map(|s| s.value.as_str()),
+        facts.run_id,
+        job.id,
+    );
     let error = error_summary(&facts.error);
     let vars = [
         ("jobName", job.name.as_str()),
@@ -739,6 +744,16 @@ mod tests {
             )
             .await
             .unwrap();
+        store
+            .settings()
+            .set(
+                "notify.run_link",
+                "https://admin.example.com/runs/{runId}",
+                "t",
+                Utc::now(),
+            )
+            .await
+            .unwrap();
         let policy = AlertPolicy {
             on_failure: true,
             ..AlertPolicy::default()
@@ -764,6 +779,11 @@ mod tests {
         let body: serde_json::Value = serde_json::from_str(&ding_row.payload).unwrap();
         assert_eq!(body["msgtype"], "markdown");
         assert_eq!(body["markdown"]["title"], "任务失败：报表");
+        let text = body["markdown"]["text"].as_str().unwrap();
+        assert!(
+            text.contains("（https://admin.example.com/runs/1）"),
+            "{text}"
+        );
         let _ = inbox;
         // A job naming only Feishu: no inbox, no webhook URL delivery.
         let b = store
