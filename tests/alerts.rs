@@ -529,10 +529,24 @@ async fn channels_are_managed_by_super_admins_and_never_show_secrets() {
 }
 
 #[tokio::test]
-async fn failure_and_recovery_alerts_reach_every_platform_signed() {
+async fn failure_and_recovery_alerts_reach_every_platform_signed_sqlite() {
+    failure_and_recovery_alerts_reach_every_platform_signed(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn failure_and_recovery_alerts_reach_every_platform_signed_postgres() {
+    failure_and_recovery_alerts_reach_every_platform_signed(Db::Postgres).await;
+}
+
+#[tokio::test]
+async fn failure_and_recovery_alerts_reach_every_platform_signed_mysql() {
+    failure_and_recovery_alerts_reach_every_platform_signed(Db::MySql).await;
+}
+
+async fn failure_and_recovery_alerts_reach_every_platform_signed(db: Db) {
     let receiver = Receiver::start().await;
     let server = Server::start_with(
-        Db::Sqlite,
+        db,
         &[("QIWU_WEBHOOK_SECRET", "the-service-secret-0123456789")],
     );
     let admin = admin_token();
