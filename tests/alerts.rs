@@ -685,3 +685,86 @@ async fn failure_and_recovery_alerts_reach_every_platform_signed(db: Db) {
     .await;
     assert_eq!(inbox["items"], json!([]), "{inbox}");
 }
+
+/// In a cluster (`api` + 2 workers on PostgreSQL), each fire's end is
+/// decided once, whichever worker ran it: two failed fires are one timeout
+/// alert (the second folded), one failure alert and one consecutive-failures
+/// alert, each delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_decides_each_fire_end_once() {
+    let receiver = Receiver::start().await;
+    let cluster = common::cluster::Cluster::start(Db::Postgres, 2);
+    let admin = admin_token();
+    let api = &cluster.api;
+    let (status, channel) = call(
+        api,
+        reqwest::Method::POST,
+        "/api/alert-channels",
+        &admin,
+        Some(json!({"name": "hook", "kind": "webhook", "url": format!("{}/hook", receiver.url), "secret": WEBHOOK_SECRET})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{channel}");
+    let id = cluster
+        .create(json!({
+            "name": "slow",
+            "handler": "demo.echo",
+            "enabled": false,
+            "timeoutMs": 200,
+            "params": {"delayMs": 5000},
+            "alertOnFailure": true,
+            "alertAfterConsecutiveFailures": 2,
+            "alertChannels": [channel["id"]],
+        }))
+        .await;
+    let store = cluster.store().await;
+    for round in 1..=2usize {
+        let (status, _) = call(
+            api,
+            reqwest::Method::POST,
+            &format!("/api/jobs/{id}/run"),
+            &admin,
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let runs = common::runs_of(&store, id).await;
+            if runs.len() == round && runs.iter().all(|r| r.status == "timeout") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{runs:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let seen = deliver(api, &admin, &receiver, 3, 3).await;
+    // No worker decided an end twice: three deliveries in all.
+    {
+        use sea_orm::{EntityTrait, PaginatorTrait};
+        let rows = qiwu_storage::entity::outbox::Entity::find()
+            .count(store.connection())
+            .await
+            .expect("count");
+        assert_eq!(rows, 3);
+    }
+    assert_eq!(seen.len(), 3, "{seen:#?}");
+    let mut templates: Vec<String> = seen
+        .iter()
+        .map(|r| {
+            verify(r);
+            r.json()["template"].as_str().expect("template").to_string()
+        })
+        .collect();
+    templates.sort();
+    assert_eq!(
+        templates,
+        [
+            "scheduler.consecutive_failures_alert",
+            "scheduler.failure_alert",
+            "scheduler.timeout_alert",
+        ]
+    );
+    let job = store.jobs().get(id).await.expect("job").expect("job");
+    assert_eq!(job.alert_state.failed_in_a_row, 2);
+}
