@@ -131,6 +131,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
             misfire_policy: "skip".into(),
             remark: String::new(),
             builtin_key: None,
+            alert: Default::default(),
         };
         store
             .jobs()

@@ -432,13 +432,27 @@ async fn templates_are_read_edited_and_used_by_the_next_alert() {
     // Seeded at start-up.
     let (status, list) = get(&server, "/api/notification-templates", &admin).await;
     assert_eq!(status, StatusCode::OK, "{list}");
-    assert_eq!(list.as_array().map(Vec::len), Some(1));
-    assert_eq!(list[0]["code"], "scheduler.timeout_alert");
-    assert_eq!(list[0]["name"], "任务超时告警");
-    assert_eq!(list[0]["titleZh"], "任务超时：{jobName}");
-    assert_eq!(list[0]["updatedBy"], "system");
+    let codes: Vec<&str> = list
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|t| t["code"].as_str())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "scheduler.consecutive_failures_alert",
+            "scheduler.failure_alert",
+            "scheduler.recovery_alert",
+            "scheduler.timeout_alert",
+        ]
+    );
+    let timeout = &list[3];
+    assert_eq!(timeout["name"], "任务超时告警");
+    assert_eq!(timeout["titleZh"], "任务超时：{jobName}");
+    assert_eq!(timeout["updatedBy"], "system");
     assert!(
-        list[0]["placeholders"]
+        timeout["placeholders"]
             .as_array()
             .expect("placeholders")
             .contains(&json!("startedAt"))
@@ -552,6 +566,7 @@ async fn templates_are_read_edited_and_used_by_the_next_alert() {
             started_at: Utc::now(),
             attempt: 2,
             timezone: chrono_tz::UTC,
+            channels: vec![],
         },
     )
     .await

@@ -287,6 +287,7 @@ async fn webhook_deliveries_carry_a_signature_per_secret_during_a_rotation() {
             started_at: chrono::Utc::now(),
             attempt: 1,
             timezone: chrono_tz::UTC,
+            channels: vec![],
         },
     )
     .await

@@ -35,10 +35,13 @@ pub enum Action {
     CalendarCreate,
     CalendarModify,
     CalendarDelete,
+    AlertChannelCreate,
+    AlertChannelModify,
+    AlertChannelDelete,
 }
 
 impl Action {
-    pub const ALL: [Action; 17] = [
+    pub const ALL: [Action; 20] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -56,6 +59,9 @@ impl Action {
         Action::CalendarCreate,
         Action::CalendarModify,
         Action::CalendarDelete,
+        Action::AlertChannelCreate,
+        Action::AlertChannelModify,
+        Action::AlertChannelDelete,
     ];
 
     pub fn code(self) -> &'static str {
@@ -77,6 +83,9 @@ impl Action {
             Action::CalendarCreate => "calendar.create",
             Action::CalendarModify => "calendar.modify",
             Action::CalendarDelete => "calendar.delete",
+            Action::AlertChannelCreate => "alertchannel.create",
+            Action::AlertChannelModify => "alertchannel.modify",
+            Action::AlertChannelDelete => "alertchannel.delete",
         }
     }
 
@@ -104,6 +113,9 @@ impl Action {
             Action::CalendarCreate => ("创建日历", "Create calendar"),
             Action::CalendarModify => ("修改日历", "Modify calendar"),
             Action::CalendarDelete => ("删除日历", "Delete calendar"),
+            Action::AlertChannelCreate => ("创建告警渠道", "Create alert channel"),
+            Action::AlertChannelModify => ("修改告警渠道", "Modify alert channel"),
+            Action::AlertChannelDelete => ("删除告警渠道", "Delete alert channel"),
         };
         lang.pick(zh, en)
     }
@@ -118,16 +130,18 @@ pub enum Target {
     Template,
     ApiKey,
     Calendar,
+    AlertChannel,
 }
 
 impl Target {
-    pub const ALL: [Target; 6] = [
+    pub const ALL: [Target; 7] = [
         Target::Job,
         Target::Run,
         Target::Setting,
         Target::Template,
         Target::ApiKey,
         Target::Calendar,
+        Target::AlertChannel,
     ];
 
     pub fn code(self) -> &'static str {
@@ -138,6 +152,7 @@ impl Target {
             Target::Template => qiwu_storage::TEMPLATE_TARGET,
             Target::ApiKey => "apikey",
             Target::Calendar => "calendar",
+            Target::AlertChannel => "alert_channel",
         }
     }
 }

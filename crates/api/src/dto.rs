@@ -165,6 +165,16 @@ pub struct JobDto {
     pub created_by: String,
     pub updated_at: DateTime<Utc>,
     pub updated_by: String,
+    /// Alert when a fire ends `failed` or `timeout` after its retries.
+    pub alert_on_failure: bool,
+    /// Alert when this many fires in a row failed; 0 = off.
+    #[schema(minimum = 0, maximum = 1000)]
+    pub alert_after_consecutive_failures: u32,
+    /// Alert on the first success after an alerted failure.
+    pub alert_on_recovery: bool,
+    /// Alert channel ids (`GET /api/alert-channels`); empty: the default
+    /// channels (or the super administrators' inbox when none is default).
+    pub alert_channels: Vec<i64>,
 }
 
 impl JobDto {
@@ -190,6 +200,10 @@ impl JobDto {
             created_by: j.created_by,
             updated_at: j.updated_at,
             updated_by: j.updated_by,
+            alert_on_failure: j.alert.on_failure,
+            alert_after_consecutive_failures: j.alert.after_consecutive_failures,
+            alert_on_recovery: j.alert.on_recovery,
+            alert_channels: j.alert.channels,
         }
     }
 }
@@ -542,6 +556,18 @@ pub struct JobCreate {
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
+    /// Alert when a fire ends `failed` or `timeout` after its retries; default false.
+    #[schema(required = false)]
+    pub alert_on_failure: bool,
+    /// Alert when this many fires in a row failed; 0 = off; default 0.
+    #[schema(required = false, minimum = 0, maximum = 1000)]
+    pub alert_after_consecutive_failures: u32,
+    /// Alert on the first success after an alerted failure; default false.
+    #[schema(required = false)]
+    pub alert_on_recovery: bool,
+    /// Alert channel ids (at most 20); empty: the default channels; default [].
+    #[schema(required = false, max_items = 20)]
+    pub alert_channels: Vec<i64>,
 }
 
 /// Changes to a job. `version` is the one the edit is based on (a stale
@@ -595,6 +621,18 @@ pub struct JobUpdate {
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
+    /// Alert when a fire ends `failed` or `timeout` after its retries.
+    #[schema(required = false)]
+    pub alert_on_failure: bool,
+    /// Alert when this many fires in a row failed; 0 = off.
+    #[schema(required = false, minimum = 0, maximum = 1000)]
+    pub alert_after_consecutive_failures: u32,
+    /// Alert on the first success after an alerted failure.
+    #[schema(required = false)]
+    pub alert_on_recovery: bool,
+    /// Alert channel ids (at most 20); empty: the default channels.
+    #[schema(required = false, max_items = 20)]
+    pub alert_channels: Vec<i64>,
 }
 
 /// A page of jobs.

@@ -70,6 +70,12 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(api_keys::list_api_keys)
         .service(api_keys::create_api_key)
         .service(api_keys::revoke_api_key);
+    // Alert channels (issue 10).
+    cfg.service(alert_channels::list_alert_channels)
+        .service(alert_channels::create_alert_channel)
+        .service(alert_channels::get_alert_channel)
+        .service(alert_channels::update_alert_channel)
+        .service(alert_channels::delete_alert_channel);
     // Calendars (issue 11).
     cfg.service(calendars::list_calendars)
         .service(calendars::create_calendar)

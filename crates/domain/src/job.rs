@@ -242,6 +242,11 @@ pub enum JobProblem {
     JitterTooLong {
         period_ms: i64,
     },
+    /// `alertChannels` names a channel that does not exist.
+    UnknownAlertChannel(i64),
+    TooManyAlertChannels {
+        max: usize,
+    },
 }
 
 impl FieldError {
@@ -352,6 +357,18 @@ impl FieldError {
                 "Must be less than the cron's shortest period, {} ({period_ms} ms)",
                 period_text(*period_ms, lang)
             ),
+            (JobProblem::UnknownAlertChannel(id), Lang::Zh) => {
+                format!("告警渠道 {id} 不存在：请先在告警渠道里添加")
+            }
+            (JobProblem::UnknownAlertChannel(id), Lang::En) => {
+                format!("Alert channel {id} does not exist: add it to the alert channels first")
+            }
+            (JobProblem::TooManyAlertChannels { max }, Lang::Zh) => {
+                format!("最多选择 {max} 个告警渠道")
+            }
+            (JobProblem::TooManyAlertChannels { max }, Lang::En) => {
+                format!("At most {max} alert channels")
+            }
         }
     }
 }
@@ -382,6 +399,7 @@ fn type_zh(t: &str) -> &'static str {
         "an integer" => "整数",
         "a string or null" => "字符串或 null",
         "an integer or null" => "整数或 null",
+        "an array" => "数组",
         _ => "其他类型",
     }
 }
@@ -572,7 +590,9 @@ fn validate_into(
         let key = key.as_str();
         let known = WRITABLE_FIELDS.contains(&key)
             || READ_ONLY_FIELDS.contains(&key)
-            || (time_rules && TIME_RULE_FIELDS.contains(&key));
+            || (time_rules && TIME_RULE_FIELDS.contains(&key))
+            // The alert policy is read by `alert::read_policy`.
+            || crate::alert::ALERT_FIELDS.contains(&key);
         if !known {
             errors.push(FieldError::new(key, JobProblem::UnknownField));
         }

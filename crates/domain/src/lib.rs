@@ -5,6 +5,7 @@
 //! Nothing here does IO or reads a clock: time is always a parameter, so every
 //! rule can be tested with plain values.
 
+pub mod alert;
 pub mod builtin;
 pub mod calendar;
 pub mod cron;

@@ -11,6 +11,21 @@ pub const SUPER_ADMINS: &str = "super_admins";
 /// Raised when an attempt runs past its timeout.
 pub const TIMEOUT_ALERT: &str = "scheduler.timeout_alert";
 
+/// Raised when a fire ends `failed` or `timeout` after its retries and the
+/// job's policy asks for it (`alertOnFailure`).
+pub const FAILURE_ALERT: &str = "scheduler.failure_alert";
+/// Raised when a job's fires failed N times in a row
+/// (`alertAfterConsecutiveFailures`).
+pub const CONSECUTIVE_FAILURES_ALERT: &str = "scheduler.consecutive_failures_alert";
+/// Raised on the first success after an alerted failure (`alertOnRecovery`).
+pub const RECOVERY_ALERT: &str = "scheduler.recovery_alert";
+
+/// What the failure, streak and recovery alerts fill in.
+const FIRE_END_PLACEHOLDERS: &[&str] = &[
+    "jobName", "jobId", "handler", "status", "error", "attempt", "time", "runId", "runLink",
+    "failures",
+];
+
 /// Longest title an edited template may have.
 pub const MAX_TITLE_CHARS: usize = 200;
 /// Longest body an edited template may have.
@@ -37,23 +52,55 @@ impl TemplateDef {
 }
 
 /// Every template this service sends.
-pub const TEMPLATES: [TemplateDef; 1] = [TemplateDef {
-    code: TIMEOUT_ALERT,
-    name_zh: "任务超时告警",
-    name_en: "Job timeout alert",
-    placeholders: &[
-        "jobName",
-        "jobId",
-        "handler",
-        "timeoutMs",
-        "startedAt",
-        "attempt",
-    ],
-    title_zh: "任务超时：{jobName}",
-    body_zh: "任务“{jobName}”（处理器 {handler}）运行超过 {timeoutMs} 毫秒，已判定为超时并通知处理器停止。开始时间：{startedAt}；第 {attempt} 次尝试。",
-    title_en: "Job timed out: {jobName}",
-    body_en: "Job “{jobName}” (handler {handler}) ran longer than {timeoutMs} ms; it was recorded as timed out and told to stop. Started at {startedAt}; attempt {attempt}.",
-}];
+pub const TEMPLATES: [TemplateDef; 4] = [
+    TemplateDef {
+        code: TIMEOUT_ALERT,
+        name_zh: "任务超时告警",
+        name_en: "Job timeout alert",
+        placeholders: &[
+            "jobName",
+            "jobId",
+            "handler",
+            "timeoutMs",
+            "startedAt",
+            "attempt",
+        ],
+        title_zh: "任务超时：{jobName}",
+        body_zh: "任务“{jobName}”（处理器 {handler}）运行超过 {timeoutMs} 毫秒，已判定为超时并通知处理器停止。开始时间：{startedAt}；第 {attempt} 次尝试。",
+        title_en: "Job timed out: {jobName}",
+        body_en: "Job “{jobName}” (handler {handler}) ran longer than {timeoutMs} ms; it was recorded as timed out and told to stop. Started at {startedAt}; attempt {attempt}.",
+    },
+    TemplateDef {
+        code: FAILURE_ALERT,
+        name_zh: "任务失败告警",
+        name_en: "Job failure alert",
+        placeholders: FIRE_END_PLACEHOLDERS,
+        title_zh: "任务失败：{jobName}",
+        body_zh: "任务“{jobName}”（ID {jobId}，处理器 {handler}）重试后仍未成功，结果：{status}，共 {attempt} 次尝试。结束时间：{time}。错误摘要：{error}。执行记录：{runId}（{runLink}）",
+        title_en: "Job failed: {jobName}",
+        body_en: "Job “{jobName}” (id {jobId}, handler {handler}) did not succeed after its retries: {status} after {attempt} attempt(s). Ended at {time}. Error: {error}. Run {runId} ({runLink})",
+    },
+    TemplateDef {
+        code: CONSECUTIVE_FAILURES_ALERT,
+        name_zh: "任务连续失败告警",
+        name_en: "Consecutive failures alert",
+        placeholders: FIRE_END_PLACEHOLDERS,
+        title_zh: "任务连续失败 {failures} 次：{jobName}",
+        body_zh: "任务“{jobName}”（ID {jobId}，处理器 {handler}）已连续 {failures} 次执行失败，最近一次结果：{status}，第 {attempt} 次尝试，结束时间：{time}。错误摘要：{error}。执行记录：{runId}（{runLink}）",
+        title_en: "Job failed {failures} times in a row: {jobName}",
+        body_en: "Job “{jobName}” (id {jobId}, handler {handler}) failed {failures} times in a row; the last ended {status} on attempt {attempt} at {time}. Error: {error}. Run {runId} ({runLink})",
+    },
+    TemplateDef {
+        code: RECOVERY_ALERT,
+        name_zh: "任务恢复通知",
+        name_en: "Job recovery notice",
+        placeholders: FIRE_END_PLACEHOLDERS,
+        title_zh: "任务已恢复：{jobName}",
+        body_zh: "任务“{jobName}”（ID {jobId}，处理器 {handler}）在连续 {failures} 次失败后已执行成功（第 {attempt} 次尝试，结束时间：{time}）。执行记录：{runId}（{runLink}）",
+        title_en: "Job recovered: {jobName}",
+        body_en: "Job “{jobName}” (id {jobId}, handler {handler}) succeeded after {failures} failed fire(s) (attempt {attempt}, ended at {time}). Run {runId} ({runLink})",
+    },
+];
 
 /// The definition of a known template code.
 pub fn find(code: &str) -> Option<&'static TemplateDef> {

@@ -10,6 +10,9 @@ use crate::lang::Lang;
 pub const RETENTION_DAYS: &str = "audit.retention_days";
 /// Where `notify.dispatch` delivers notifications; empty for nowhere.
 pub const WEBHOOK_URL: &str = "notify.webhook_url";
+/// The link alerts give to a run: a URL with `{runId}` (and optionally
+/// `{jobId}`), such as the admin console's run page; empty for the API path.
+pub const RUN_LINK: &str = "notify.run_link";
 
 /// The retention when the setting is missing or invalid (the seed's default).
 pub const DEFAULT_RETENTION_DAYS: u32 = 180;
@@ -35,7 +38,7 @@ impl SettingDef {
 }
 
 /// Every setting this service reads, in the order the API lists them.
-pub const SETTINGS: [SettingDef; 2] = [
+pub const SETTINGS: [SettingDef; 3] = [
     SettingDef {
         key: RETENTION_DAYS,
         default: "180",
@@ -47,6 +50,12 @@ pub const SETTINGS: [SettingDef; 2] = [
         default: "",
         description_zh: "站内信的 Webhook 地址（http 或 https）。填写后，新通知由内置任务“派发待发送通知”签名后推送到这个地址；留空表示不推送。",
         description_en: "Webhook URL (http or https) for notifications. When set, the built-in job “Dispatch pending notifications” delivers new notifications there, signed; empty means no delivery.",
+    },
+    SettingDef {
+        key: RUN_LINK,
+        default: "",
+        description_zh: "告警里执行记录的链接（http 或 https，须包含 {runId}，可以包含 {jobId}），比如管理后台的执行记录页 https://admin.example.com/scheduler/runs/{runId}；留空时为接口地址 /api/runs/{runId}。",
+        description_en: "The link alerts give to a run (http or https, with {runId} and optionally {jobId}), such as the admin console's run page https://admin.example.com/scheduler/runs/{runId}; empty means the API path /api/runs/{runId}.",
     },
 ];
 
@@ -69,6 +78,34 @@ pub fn webhook_url(raw: Option<&str>) -> Option<String> {
     check_webhook_url(v).ok().flatten()
 }
 
+/// The link to run `run_id` of job `job_id` that alerts give, from the
+/// stored `notify.run_link`; the API path when it is empty or invalid.
+pub fn run_link(raw: Option<&str>, run_id: i64, job_id: i64) -> String {
+    match raw.map(str::trim) {
+        Some(template) if check_run_link(template).is_ok_and(|t| t.is_some()) => template
+            .replace("{runId}", &run_id.to_string())
+            .replace("{jobId}", &job_id.to_string()),
+        _ => format!("/api/runs/{run_id}"),
+    }
+}
+
+/// `Ok(None)` for empty, `Ok(Some(template))` for an http(s) URL holding
+/// `{runId}`.
+fn check_run_link(value: &str) -> Result<Option<String>, SettingProblem> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if !value.contains("{runId}") {
+        return Err(SettingProblem::RunLink);
+    }
+    let example = value.replace("{runId}", "1").replace("{jobId}", "1");
+    match check_webhook_url(&example) {
+        Ok(Some(_)) => Ok(Some(value.to_string())),
+        Ok(None) | Err(SettingProblem::WebhookUrl) => Err(SettingProblem::RunLink),
+        Err(other) => Err(other),
+    }
+}
+
 /// Why a value cannot be stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettingProblem {
@@ -76,6 +113,8 @@ pub enum SettingProblem {
     RetentionDays,
     /// Not an http(s) URL with a host.
     WebhookUrl,
+    /// Not an http(s) URL with a host and `{runId}`.
+    RunLink,
     /// Longer than the setting allows.
     TooLong { max: usize },
 }
@@ -94,6 +133,12 @@ impl SettingProblem {
             }
             (SettingProblem::WebhookUrl, Lang::En) => {
                 "The webhook URL must be empty or an http:// or https:// URL with a host".into()
+            }
+            (SettingProblem::RunLink, Lang::Zh) => {
+                "执行记录链接必须留空，或者是以 http:// 或 https:// 开头、带主机名、包含 {runId} 的网址".into()
+            }
+            (SettingProblem::RunLink, Lang::En) => {
+                "The run link must be empty or an http:// or https:// URL with a host and {runId}".into()
             }
             (SettingProblem::TooLong { max }, Lang::Zh) => format!("最多 {max} 个字符"),
             (SettingProblem::TooLong { max }, Lang::En) => format!("At most {max} characters"),
@@ -117,6 +162,7 @@ pub fn validate(key: &str, value: &str) -> Option<Result<String, SettingProblem>
                 .ok_or(SettingProblem::RetentionDays),
         ),
         WEBHOOK_URL => Some(check_webhook_url(value).map(|u| u.unwrap_or_default())),
+        RUN_LINK => Some(check_run_link(value).map(|u| u.unwrap_or_default())),
         _ => None,
     }
 }
@@ -244,6 +290,47 @@ mod tests {
         assert_eq!(webhook_url(Some("nonsense")), None);
         assert_eq!(webhook_url(Some("")), None);
         assert_eq!(webhook_url(None), None);
+    }
+
+    #[test]
+    fn run_links_table() {
+        let ok = [
+            ("", ""),
+            (
+                " https://admin.example.com/scheduler/runs/{runId} ",
+                "https://admin.example.com/scheduler/runs/{runId}",
+            ),
+            (
+                "http://a/jobs/{jobId}/runs/{runId}",
+                "http://a/jobs/{jobId}/runs/{runId}",
+            ),
+        ];
+        for (input, stored) in ok {
+            assert_eq!(
+                validate(RUN_LINK, input),
+                Some(Ok(stored.into())),
+                "{input}"
+            );
+        }
+        for bad in [
+            "https://a/runs",
+            "ftp://a/{runId}",
+            "{runId}",
+            "https://a b/{runId}",
+        ] {
+            assert_eq!(
+                validate(RUN_LINK, bad),
+                Some(Err(SettingProblem::RunLink)),
+                "{bad}"
+            );
+        }
+        assert_eq!(run_link(None, 7, 3), "/api/runs/7");
+        assert_eq!(run_link(Some(""), 7, 3), "/api/runs/7");
+        assert_eq!(run_link(Some("https://a/runs"), 7, 3), "/api/runs/7");
+        assert_eq!(
+            run_link(Some("https://a/j/{jobId}/r/{runId}?x={runId}"), 7, 3),
+            "https://a/j/3/r/7?x=7"
+        );
     }
 
     #[test]

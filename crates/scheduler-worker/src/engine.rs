@@ -86,6 +86,8 @@ pub struct TimeoutInfo {
     pub started_at: DateTime<Utc>,
     pub attempt: u32,
     pub timezone: Tz,
+    /// The job's alert channels (empty: the default ones).
+    pub channels: Vec<i64>,
 }
 
 /// Raises the alert of a timed-out attempt.
@@ -128,6 +130,10 @@ pub(crate) struct Shared {
     /// Bounds the fires in flight.
     pub permits: Arc<Semaphore>,
     pub tracker: TaskTracker,
+    /// Jobs whose alert state this process last left non-clear: their next
+    /// success is decided against the database even when the job row read
+    /// at its claim (possibly before that state was written) says clear.
+    pub alert_marks: std::sync::Mutex<std::collections::HashSet<i64>>,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -199,6 +205,7 @@ impl Engine {
             recorder,
             permits,
             tracker: TaskTracker::new(),
+            alert_marks: std::sync::Mutex::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),

@@ -99,6 +99,7 @@ fn job(name: &str, handler: &str, cron: &str) -> NewJob {
         misfire_policy: "skip".into(),
         remark: String::new(),
         builtin_key: None,
+        alert: Default::default(),
     }
 }
 
@@ -134,6 +135,8 @@ struct Harness {
     clock: Arc<TokioClock>,
     /// Statements the engine has sent.
     statements: Arc<std::sync::atomic::AtomicU64>,
+    /// The engine's statements, as sent.
+    sql_log: Arc<std::sync::Mutex<Vec<String>>>,
     /// Dropping it ends the blocking task that keeps time from jumping.
     _hold: Hold,
 }
@@ -163,8 +166,13 @@ impl Harness {
         let statements = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut counted = store.store.clone();
         let counter = Arc::clone(&statements);
-        counted.on_statement(move |_, _| {
+        let sql_log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&sql_log);
+        counted.on_statement(move |sql, _| {
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut log) = log.lock() {
+                log.push(sql.to_string());
+            }
         });
         let (engine, handle) = Engine::new(
             counted,
@@ -191,6 +199,7 @@ impl Harness {
             task,
             clock,
             statements,
+            sql_log,
             _hold: hold,
         };
         (harness, ids)
@@ -733,4 +742,112 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The engine's statements since the last call.
+fn take_sql(h: &Harness) -> Vec<String> {
+    std::mem::take(&mut *h.sql_log.lock().expect("log"))
+}
+
+/// How many statements read a job's row by its id: the alert state's
+/// locked read (claims read jobs by `IN (…)` lists).
+fn alert_reads(sql: &[String]) -> usize {
+    sql.iter()
+        .filter(|s| s.contains(r#"FROM "jobs" WHERE "jobs"."id" = "#))
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn alerts_follow_the_final_end_and_a_clean_success_costs_nothing() {
+    let mut flaky = job("flaky", "test.failing", "0 0 0 1 1 *");
+    flaky.retry_count = 1;
+    flaky.retry_interval_ms = 100;
+    flaky.alert = qiwu_domain::alert::AlertPolicy {
+        on_failure: true,
+        on_recovery: true,
+        ..Default::default()
+    };
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[flaky.clone()],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let id = ids[0];
+    let inbox = |h: &Harness| {
+        let store = h.store.store.clone();
+        async move {
+            store
+                .notifications()
+                .list("super_admins", false, 10, None)
+                .await
+                .expect("inbox")
+                .items
+                .into_iter()
+                .map(|n| n.title)
+                .collect::<Vec<_>>()
+        }
+    };
+    // Two attempts, one final failure: one alert, after the last attempt.
+    h.run_once(id).await;
+    h.until(id, Duration::from_secs(10), |runs| {
+        runs.len() == 2 && runs.iter().all(|r| r.status == "failed")
+    })
+    .await;
+    h.pass(Duration::from_millis(200)).await;
+    assert_eq!(inbox(&h).await, ["任务失败：flaky"]);
+    let state = h
+        .store
+        .jobs()
+        .get(id)
+        .await
+        .expect("job")
+        .expect("job")
+        .alert_state;
+    assert_eq!(state.failed_in_a_row, 1);
+    assert!(state.alerted);
+
+    // Fixed: the success is decided against the state and recovers.
+    let current = h.store.jobs().get(id).await.expect("job").expect("job");
+    let fixed = NewJob {
+        handler: "test.stubborn".into(),
+        ..flaky.clone()
+    };
+    h.store
+        .jobs()
+        .update(id, current.version, &fixed, "t", h.now())
+        .await
+        .expect("update");
+    take_sql(&h);
+    h.run_once(id).await;
+    h.until(id, Duration::from_secs(10), |runs| {
+        runs.last().is_some_and(|r| r.status == "success")
+    })
+    .await;
+    h.pass(Duration::from_millis(200)).await;
+    assert_eq!(alert_reads(&take_sql(&h)), 1);
+    assert_eq!(inbox(&h).await, ["任务已恢复：flaky", "任务失败：flaky"]);
+    assert!(
+        h.store
+            .jobs()
+            .get(id)
+            .await
+            .expect("job")
+            .expect("job")
+            .alert_state
+            .is_clear()
+    );
+
+    // The next success finds nothing to decide: no statement for alerts.
+    h.run_once(id).await;
+    h.until(id, Duration::from_secs(10), |runs| {
+        runs.iter().filter(|r| r.status == "success").count() == 2
+    })
+    .await;
+    h.pass(Duration::from_millis(200)).await;
+    let sql = take_sql(&h);
+    assert_eq!(alert_reads(&sql), 0, "{sql:#?}");
+    assert_eq!(inbox(&h).await.len(), 2);
+    h.shut_down().await;
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use qiwu_domain::alert::FireEnd;
 use qiwu_domain::params;
 use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
@@ -132,6 +133,19 @@ pub(crate) fn decide(
     }
 }
 
+/// How a fire whose last attempt ended so counts for alerts: a process
+/// shutting down is no verdict on the job, so neither a success nor a
+/// failure.
+fn final_end(outcome: &Outcome, status: RunStatus) -> FireEnd {
+    match (outcome, status) {
+        (Outcome::Shutdown(_), _) => FireEnd::Skipped,
+        (_, RunStatus::Success) => FireEnd::Success,
+        (_, RunStatus::Timeout) => FireEnd::Timeout,
+        (_, RunStatus::Failed) => FireEnd::Failed,
+        _ => FireEnd::Skipped,
+    }
+}
+
 /// The handler of a job that can run, with its checked params.
 type Runnable = (Arc<dyn Handler>, Map<String, Value>);
 
@@ -189,8 +203,12 @@ impl Fire {
             let seconds = attempt.started.elapsed().as_secs_f64();
             crate::observe::attempt_decided(&span, &self.job.handler, &decision, seconds);
             let retry = decision.retry;
+            let (status, error) = (decision.status, decision.error.clone());
             self.record(&attempt, decision).await;
             drop(running);
+            if !retry {
+                self.alert_end(final_end(&attempt.outcome, status), status, &error);
+            }
             match attempt.outcome {
                 Outcome::TimedOut => {
                     self.alert_timeout(attempt.started_at).await;
@@ -389,6 +407,9 @@ impl Fire {
             trace_id: crate::observe::trace_id(),
         };
         self.write_end(end).await;
+        if status == RunStatus::Failed {
+            self.alert_end(FireEnd::Failed, status, error);
+        }
     }
 
     async fn write_end(&self, end: RunEnd) {
@@ -418,8 +439,61 @@ impl Fire {
             started_at,
             attempt: self.attempt,
             timezone: self.shared.zone_of(self.job.timezone.as_deref()),
+            channels: self.job.alert.channels.clone(),
         })
         .await;
+    }
+
+    /// After the fire's final end is written: moves the job's alert state
+    /// and raises what its policy decides, on the tracker so the fire's
+    /// guards are not held meanwhile. A success of a job with no alert
+    /// state (the job row read at the claim says so, and this process did
+    /// not leave any since) costs nothing.
+    fn alert_end(&self, end: FireEnd, status: RunStatus, error: &str) {
+        if end == FireEnd::Skipped {
+            return;
+        }
+        let marked = self
+            .shared
+            .alert_marks
+            .lock()
+            .map(|marks| marks.contains(&self.job.id))
+            // A poisoned lock only loses the shortcut.
+            .unwrap_or(true);
+        if end == FireEnd::Success && self.job.alert_state.is_clear() && !marked {
+            return;
+        }
+        let facts = crate::alerts::FireEndFacts {
+            job_id: self.job.id,
+            end,
+            status: status.as_str().to_owned(),
+            error: error.to_owned(),
+            attempt: self.attempt,
+            run_id: self.run_id,
+            finished_at: self.shared.clock.now(),
+            timezone: self.shared.zone_of(self.job.timezone.as_deref()),
+        };
+        let shared = self.shared.clone();
+        self.shared.tracker.spawn(async move {
+            let now = shared.clock.now();
+            match crate::alerts::fire_ended(&shared.store, &facts, now).await {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(job = facts.job_id, run = facts.run_id, error = ?e, "cannot decide the fire's alert");
+                    return;
+                }
+            }
+            // Remember whether the state is left non-clear, for the
+            // shortcut above.
+            let clear = end == FireEnd::Success;
+            if let Ok(mut marks) = shared.alert_marks.lock() {
+                if clear {
+                    marks.remove(&facts.job_id);
+                } else {
+                    marks.insert(facts.job_id);
+                }
+            }
+        });
     }
 
     /// After a timeout, a non-concurrent job keeps its slot and lock until

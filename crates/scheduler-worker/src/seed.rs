@@ -85,6 +85,7 @@ async fn create(
         misfire_policy: job.misfire.as_str().to_owned(),
         remark: String::new(),
         builtin_key: Some(key.clone()),
+        alert: Default::default(),
     };
     for n in 1..=MAX_NAME_SUFFIX {
         if n > 1 {
@@ -219,6 +220,7 @@ mod tests {
             misfire_policy: "skip".into(),
             remark: "changed by an admin".into(),
             builtin_key: None,
+            alert: Default::default(),
         };
         store
             .jobs()
@@ -260,6 +262,7 @@ mod tests {
                 misfire_policy: "skip".into(),
                 remark: "mine".into(),
                 builtin_key: None,
+                alert: Default::default(),
             };
             store
                 .jobs()

@@ -7,6 +7,8 @@ use sea_orm::{
     ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 
+use qiwu_domain::alert::{AlertPolicy, AlertState};
+
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
@@ -37,6 +39,8 @@ pub struct NewJob {
     pub remark: String,
     /// Only used by create; update never changes it.
     pub builtin_key: Option<String>,
+    /// The alert policy (issue 10).
+    pub alert: AlertPolicy,
 }
 
 /// A stored job.
@@ -66,6 +70,9 @@ pub struct JobRecord {
     pub created_by: String,
     pub updated_at: DateTime<Utc>,
     pub updated_by: String,
+    pub alert: AlertPolicy,
+    /// What the engine remembers between fires; not part of `version`.
+    pub alert_state: AlertState,
 }
 
 impl TryFrom<job::Model> for JobRecord {
@@ -97,7 +104,29 @@ impl TryFrom<job::Model> for JobRecord {
             created_by: m.created_by,
             updated_at: from_millis(m.updated_at)?,
             updated_by: m.updated_by,
+            alert: AlertPolicy {
+                on_failure: m.alert_on_failure,
+                after_consecutive_failures: u32::try_from(m.alert_after_failures).unwrap_or(0),
+                on_recovery: m.alert_on_recovery,
+                channels: channel_ids(m.id, m.alert_channels.as_deref())?,
+            },
+            alert_state: AlertState {
+                failed_in_a_row: u32::try_from(m.alert_streak).unwrap_or(0),
+                alerted: m.alert_alerted,
+            },
         })
+    }
+}
+
+/// The channel ids stored as a JSON array (null: none).
+fn channel_ids(job: i64, raw: Option<&str>) -> Result<Vec<i64>, StorageError> {
+    match raw {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(text).map_err(|e| {
+            StorageError::Corrupt(format!(
+                "job {job}: alert_channels is not a list of ids: {e}"
+            ))
+        }),
     }
 }
 
@@ -150,7 +179,7 @@ pub struct JobFilter {
 
 /// Jobs table access; obtained from [`Store::jobs`].
 pub struct JobRepo<'a> {
-    store: &'a Store,
+    pub(crate) store: &'a Store,
 }
 
 impl<'a> JobRepo<'a> {
@@ -507,6 +536,16 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         created_by: NotSet,
         updated_at: Set(now),
         updated_by: Set(actor.to_owned()),
+        alert_on_failure: Set(job.alert.on_failure),
+        alert_after_failures: Set(
+            i32::try_from(job.alert.after_consecutive_failures).unwrap_or(i32::MAX)
+        ),
+        alert_on_recovery: Set(job.alert.on_recovery),
+        alert_channels: Set((!job.alert.channels.is_empty())
+            .then(|| serde_json::Value::from(job.alert.channels.clone()).to_string())),
+        // The engine's state is never written by an edit.
+        alert_streak: NotSet,
+        alert_alerted: NotSet,
     }
 }
 

@@ -2,6 +2,7 @@
 //! hand-written entities for every table, and repositories that turn rows into
 //! records. Works unchanged on SQLite, PostgreSQL and MySQL/MariaDB.
 
+mod alert_channels;
 mod alert_windows;
 mod api_keys;
 mod audit;
@@ -24,6 +25,7 @@ pub mod stats;
 mod store;
 pub mod timestamp;
 
+pub use alert_channels::{AlertChannelRepo, ChannelRecord};
 pub use alert_windows::{Admission, AlertWindowRepo};
 pub use api_keys::{API_KEY_MARK, ApiKeyRecord, ApiKeyRepo};
 pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};

@@ -251,6 +251,8 @@ pub struct OutboxRecord {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub sent_at: Option<DateTime<Utc>>,
+    /// The alert channel it goes to; `None` for `notify.webhook_url`.
+    pub channel_id: Option<i64>,
 }
 
 impl TryFrom<outbox::Model> for OutboxRecord {
@@ -269,6 +271,7 @@ impl TryFrom<outbox::Model> for OutboxRecord {
             last_error: m.last_error,
             created_at: from_millis(m.created_at)?,
             sent_at: m.sent_at.map(from_millis).transpose()?,
+            channel_id: m.channel_id,
         })
     }
 }
@@ -449,11 +452,48 @@ impl NotificationRepo<'_> {
             last_error: Set(None),
             created_at: Set(now_ms),
             sent_at: Set(None),
+            channel_id: Set(None),
         }
         .insert(&txn)
         .await?;
         txn.commit().await?;
         Ok((created, OutboxRecord::try_from(row)?))
+    }
+
+    /// Stores a notification and, in the same transaction, one outbox row
+    /// per target (`None`: the `notify.webhook_url` delivery; `Some(id)`:
+    /// alert channel `id`), each with the body `payload` builds for it from
+    /// the stored notification, due at once.
+    pub async fn create_with_deliveries(
+        &self,
+        new: &NewNotification,
+        targets: &[Option<i64>],
+        payload: impl Fn(Option<i64>, &NotificationRecord) -> String,
+        now: DateTime<Utc>,
+    ) -> Result<(NotificationRecord, Vec<OutboxRecord>), StorageError> {
+        let txn = self.store.begin_write().await?;
+        let created = insert_notification(&txn, new, now).await?;
+        let now_ms = to_millis(now);
+        let mut rows = Vec::with_capacity(targets.len());
+        for &channel_id in targets {
+            let row = outbox::ActiveModel {
+                id: NotSet,
+                notification_id: Set(created.id),
+                payload: Set(payload(channel_id, &created)),
+                status: Set(OutboxStatus::Pending.as_str().to_owned()),
+                attempts: Set(0),
+                next_attempt_at: Set(now_ms),
+                last_error: Set(None),
+                created_at: Set(now_ms),
+                sent_at: Set(None),
+                channel_id: Set(channel_id),
+            }
+            .insert(&txn)
+            .await?;
+            rows.push(OutboxRecord::try_from(row)?);
+        }
+        txn.commit().await?;
+        Ok((created, rows))
     }
 
     pub async fn get(&self, id: i64) -> Result<Option<NotificationRecord>, StorageError> {
@@ -593,11 +633,27 @@ impl OutboxRepo<'_> {
         lease: Duration,
         limit: u64,
     ) -> Result<Vec<OutboxRecord>, StorageError> {
+        self.claim_due_for(now, lease, limit, true).await
+    }
+
+    /// [`OutboxRepo::claim_due`], leaving the `notify.webhook_url` rows
+    /// alone unless `with_webhook_url` (they wait while no URL is set).
+    pub async fn claim_due_for(
+        &self,
+        now: DateTime<Utc>,
+        lease: Duration,
+        limit: u64,
+        with_webhook_url: bool,
+    ) -> Result<Vec<OutboxRecord>, StorageError> {
         use outbox::Column;
         let db = self.store.connection();
         let now_ms = to_millis(now);
         let until = to_millis(now + lease);
-        let candidates = outbox::Entity::find()
+        let mut query = outbox::Entity::find();
+        if !with_webhook_url {
+            query = query.filter(Column::ChannelId.is_not_null());
+        }
+        let candidates = query
             .filter(Column::Status.is_in([
                 OutboxStatus::Pending.as_str(),
                 OutboxStatus::Sending.as_str(),
@@ -675,6 +731,20 @@ impl OutboxRepo<'_> {
             .exec(self.store.connection())
             .await?;
         Ok((res.rows_affected == 1).then_some(status))
+    }
+
+    /// Gives up on a claimed row at once (its channel was deleted): it is
+    /// `Failed` with `error`. False when the lease was lost.
+    pub async fn give_up(&self, claimed: &OutboxRecord, error: &str) -> Result<bool, StorageError> {
+        use outbox::Column;
+        let error: String = error.chars().take(MAX_LAST_ERROR_CHARS).collect();
+        let res = outbox::Entity::update_many()
+            .col_expr(Column::Status, Expr::val(OutboxStatus::Failed.as_str()))
+            .col_expr(Column::LastError, Expr::val(Some(error)))
+            .filter(lease_held(claimed))
+            .exec(self.store.connection())
+            .await?;
+        Ok(res.rows_affected == 1)
     }
 
     /// Gives a claimed row back unsent and due at once (the sender was told

@@ -50,7 +50,7 @@ fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
         .collect()
 }
 
-fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
@@ -62,7 +62,7 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
 }
 
 /// The `version` of an update body: a whole number from 1 to 2^53 − 1.
-fn version_of(body: &Map<String, Value>) -> Result<i64, ProblemFieldText> {
+pub(crate) fn version_of(body: &Map<String, Value>) -> Result<i64, ProblemFieldText> {
     let whole = |v: &Value| {
         let n = v.as_number()?;
         n.as_i64().or_else(|| {

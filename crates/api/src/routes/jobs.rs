@@ -4,6 +4,7 @@ use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::Utc;
 use chrono_tz::Tz;
+use qiwu_domain::alert::{self, AlertPolicy};
 use qiwu_domain::job::{self, JobSpec};
 use qiwu_domain::{CronExpr, Lang, builtin};
 use qiwu_storage::{JobFilter, JobRecord, NewJob, StorageError};
@@ -78,12 +79,13 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
     }
 }
 
-/// Validates a merged job, turning every field error into the response.
+/// Validates a merged job with its alert policy, turning every field error
+/// into the response.
 async fn validate(
     state: &AppState,
     lang: Lang,
     input: &Map<String, Value>,
-) -> Result<JobSpec, ApiError> {
+) -> Result<(JobSpec, AlertPolicy), ApiError> {
     let groups: Vec<String> = state
         .store
         .groups()
@@ -93,12 +95,28 @@ async fn validate(
         .into_iter()
         .map(|g| g.code)
         .collect();
-    job::validate(input, &state.catalog, &groups).map_err(|errors| {
-        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
-    })
+    let channels = state
+        .store
+        .alert_channels()
+        .ids()
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let spec = job::validate(input, &state.catalog, &groups);
+    let policy = alert::read_policy(input, &channels);
+    match (spec, policy) {
+        (Ok(spec), Ok(policy)) => Ok((spec, policy)),
+        (spec, policy) => {
+            let mut errors = spec.err().unwrap_or_default();
+            errors.extend(policy.err().unwrap_or_default());
+            Err(ApiError::validation(
+                lang,
+                errors.iter().map(ProblemFieldText::from).collect(),
+            ))
+        }
+    }
 }
 
-fn to_new_job(spec: JobSpec, builtin_key: Option<String>) -> NewJob {
+fn to_new_job((spec, alert): (JobSpec, AlertPolicy), builtin_key: Option<String>) -> NewJob {
     NewJob {
         name: spec.name,
         group: spec.group,
@@ -114,6 +132,7 @@ fn to_new_job(spec: JobSpec, builtin_key: Option<String>) -> NewJob {
         misfire_policy: spec.misfire_policy.as_str().to_string(),
         remark: spec.remark,
         builtin_key,
+        alert,
     }
 }
 
@@ -133,6 +152,10 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "allowConcurrent": job.allow_concurrent,
         "misfirePolicy": job.misfire_policy,
         "remark": job.remark,
+        "alertOnFailure": job.alert.on_failure,
+        "alertAfterConsecutiveFailures": job.alert.after_consecutive_failures,
+        "alertOnRecovery": job.alert.on_recovery,
+        "alertChannels": job.alert.channels,
     }) else {
         return Map::new();
     };
@@ -166,6 +189,7 @@ pub async fn create_job(
     who.require(&[Permission::TaskCreate])?;
     let lang = who.lang;
     let mut input = job::defaults();
+    input.extend(alert::policy_defaults());
     input.extend(body_object(lang, body.into_inner())?);
     let spec = validate(&state, lang, &input).await?;
     let created = state

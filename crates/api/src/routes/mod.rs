@@ -1,5 +1,6 @@
 //! HTTP handlers: extract, call, map the error. Nothing else lives here.
 
+pub mod alert_channels;
 pub mod api_keys;
 pub mod audit_logs;
 pub mod calendars;

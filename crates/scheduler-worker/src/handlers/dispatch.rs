@@ -1,5 +1,7 @@
 //! `notify.dispatch`: delivers queued notifications to the webhook URL of
-//! the `notify.webhook_url` setting, signed, at most 3 attempts each.
+//! the `notify.webhook_url` setting, signed, and alerts to their alert
+//! channels (a signed webhook, or a DingTalk, WeCom or Feishu robot as
+//! `robots` describes), at most 3 attempts each.
 //!
 //! Each POST carries `X-Qiwu-Timestamp` (Unix seconds) and
 //! `X-Qiwu-Signature: sha256=<hex HMAC-SHA256 of "{timestamp}.{body}">`,
@@ -14,9 +16,13 @@ use std::time::Duration as StdDuration;
 
 use chrono::Duration;
 use qiwu_domain::settings::{self, WEBHOOK_URL};
-use qiwu_storage::{OutboxRecord, OutboxStatus, StorageError, Store};
+use std::collections::HashMap;
+
+use qiwu_domain::alert::ChannelKind;
+use qiwu_storage::{ChannelRecord, OutboxRecord, OutboxStatus, StorageError, Store};
 use serde_json::{Map, Value};
 
+use super::robots;
 use super::signing::SigningSecrets;
 pub use super::signing::signature;
 use super::{Handler, HandlerFuture};
@@ -97,30 +103,19 @@ async fn dispatch(
 ) -> Result<String, String> {
     let outbox = store.outbox();
     let raw = store.settings().get(WEBHOOK_URL).await.map_err(storage)?;
-    let Some(url) = settings::webhook_url(raw.as_ref().map(|s| s.value.as_str())) else {
-        // Rows wait until a URL is set; audit.purge removes them in time.
-        let pending = outbox.count_unfinished().await.map_err(storage)?;
-        return Ok(format!(
-            "no webhook configured ({WEBHOOK_URL}): sent 0, failed 0, pending {pending}"
-        ));
-    };
-    let Some(secret) = secret else {
-        let pending = outbox.count_unfinished().await.map_err(storage)?;
-        if pending == 0 {
-            return Ok("sent 0, failed 0, pending 0".to_owned());
-        }
-        // Deliveries are signed (SPEC §8); without a key nothing is sent.
-        return Err(format!(
-            "QIWU_WEBHOOK_SECRET is not set, so deliveries cannot be signed: sent 0, failed 0, pending {pending}"
-        ));
-    };
+    let url = settings::webhook_url(raw.as_ref().map(|s| s.value.as_str()));
+    // Rows for `notify.webhook_url` wait until a URL and a secret are set
+    // (deliveries are signed, SPEC §8; audit.purge removes them in time);
+    // alert channels are delivered meanwhile.
+    let webhook = url.clone().zip(secret.clone());
     let client = client?;
+    let mut channels = ChannelCache::default();
 
     let mut tally = Tally::default();
     let mut stopped = None;
     'claims: while stopped.is_none() {
         let claimed = outbox
-            .claim_due(clock.now(), LEASE, BATCH)
+            .claim_due_for(clock.now(), LEASE, BATCH, webhook.is_some())
             .await
             .map_err(storage)?;
         if claimed.is_empty() {
@@ -128,8 +123,33 @@ async fn dispatch(
         }
         let mut rows = claimed.into_iter();
         while let Some(row) = rows.next() {
+            let target = match row.channel_id {
+                None => match &webhook {
+                    Some((url, secret)) => Target::Webhook(url.clone(), secret.clone()),
+                    // Claimed before the setting was cleared: it waits again.
+                    None => {
+                        outbox.release(&row, clock.now()).await.map_err(storage)?;
+                        continue;
+                    }
+                },
+                Some(id) => match channels.get(store, id).await.map_err(storage)? {
+                    Some(channel) => Target::Channel(channel, secret.clone()),
+                    None => {
+                        outbox
+                            .give_up(&row, "the alert channel was deleted")
+                            .await
+                            .map_err(storage)?;
+                        tally.failed += 1;
+                        ctx.log.line(format!(
+                            "notification {}: its alert channel {id} was deleted; gave up",
+                            row.notification_id
+                        ));
+                        continue;
+                    }
+                },
+            };
             let outcome = tokio::select! {
-                outcome = deliver(&client, &url, &secret, clock.as_ref(), &row.payload) => outcome,
+                outcome = send(&client, &target, clock.as_ref(), &row.payload) => outcome,
                 reason = ctx.stop.stopped() => {
                     stopped = Some(reason);
                     // Give back what was not sent; the cut-off attempt does not count.
@@ -147,10 +167,98 @@ async fn dispatch(
         "sent {}, failed {}, pending {pending}",
         tally.sent, tally.failed
     );
-    match stopped {
-        Some(reason) => Err(format!("stopped ({reason:?}): {line}")),
-        None => Ok(line),
+    match (stopped, url, secret) {
+        (Some(reason), _, _) => Err(format!("stopped ({reason:?}): {line}")),
+        (None, None, _) => Ok(format!("no webhook configured ({WEBHOOK_URL}): {line}")),
+        (None, Some(_), None) if pending > 0 => Err(format!(
+            "QIWU_WEBHOOK_SECRET is not set, so deliveries cannot be signed: {line}"
+        )),
+        (None, _, _) => Ok(line),
     }
+}
+
+/// Where one outbox row goes.
+enum Target {
+    /// `notify.webhook_url`, signed with `QIWU_WEBHOOK_SECRET`.
+    Webhook(String, SigningSecrets),
+    /// An alert channel, with `QIWU_WEBHOOK_SECRET` for a webhook channel
+    /// that has no secret of its own.
+    Channel(Arc<ChannelRecord>, Option<SigningSecrets>),
+}
+
+/// The channels read by one run, each once.
+#[derive(Default)]
+struct ChannelCache(HashMap<i64, Option<Arc<ChannelRecord>>>);
+
+impl ChannelCache {
+    async fn get(
+        &mut self,
+        store: &Store,
+        id: i64,
+    ) -> Result<Option<Arc<ChannelRecord>>, StorageError> {
+        if let Some(found) = self.0.get(&id) {
+            return Ok(found.clone());
+        }
+        let found = store.alert_channels().get(id).await?.map(Arc::new);
+        self.0.insert(id, found.clone());
+        Ok(found)
+    }
+}
+
+/// One delivery attempt to its target.
+async fn send(
+    client: &reqwest::Client,
+    target: &Target,
+    clock: &dyn Clock,
+    payload: &str,
+) -> Result<(), String> {
+    let (channel, fallback) = match target {
+        Target::Webhook(url, secret) => return deliver(client, url, secret, clock, payload).await,
+        Target::Channel(channel, fallback) => (channel, fallback),
+    };
+    let Some(url) = channel.url.as_deref() else {
+        return Err("the alert channel has no URL".to_owned());
+    };
+    let secret = channel.secret.as_deref();
+    let now = clock.now();
+    let (url, body) = match channel.kind {
+        ChannelKind::Webhook => {
+            let signing = match (secret, fallback) {
+                (Some(own), _) => SigningSecrets::from(own),
+                (None, Some(shared)) => shared.clone(),
+                (None, None) => {
+                    return Err(
+                        "the webhook channel has no secret and QIWU_WEBHOOK_SECRET is not set"
+                            .to_owned(),
+                    );
+                }
+            };
+            return deliver(client, url, &signing, clock, payload).await;
+        }
+        ChannelKind::Dingtalk => (
+            robots::dingtalk_url(url, secret, now.timestamp_millis()),
+            payload.to_owned(),
+        ),
+        ChannelKind::Wecom => (url.to_owned(), payload.to_owned()),
+        ChannelKind::Feishu => (
+            url.to_owned(),
+            robots::feishu_signed(payload, secret, now.timestamp()),
+        ),
+        ChannelKind::Inbox => return Err("an inbox channel has nothing to send".to_owned()),
+    };
+    let response = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(describe)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("HTTP {status}"));
+    }
+    let answer = response.text().await.map_err(describe)?;
+    robots::accepted(&answer)
 }
 
 /// Writes the outcome of one attempt and logs failures.
@@ -595,5 +703,75 @@ mod tests {
         );
         assert!(receiver.seen().is_empty());
         assert_eq!(outbox_row(&store).await.status, OutboxStatus::Pending);
+    }
+
+    #[tokio::test]
+    async fn a_robot_that_refuses_fails_the_attempt_and_a_deleted_channel_gives_up() {
+        use qiwu_domain::alert::{ChannelKind, ChannelSpec};
+        // Answers 200 with an empty body: not a robot's `errcode` 0.
+        let receiver = Receiver::start(vec![], false).await;
+        let store = test_store().await;
+        let channel = store
+            .alert_channels()
+            .create(
+                &ChannelSpec {
+                    name: "群".into(),
+                    kind: ChannelKind::Wecom,
+                    enabled: true,
+                    is_default: false,
+                    url: Some(format!("{}?key=k", receiver.url)),
+                    secret: None,
+                },
+                "a",
+                t0(),
+            )
+            .await
+            .unwrap();
+        store
+            .notifications()
+            .create_with_deliveries(
+                &NewNotification {
+                    recipient: "alert_archive".into(),
+                    template_code: "scheduler.failure_alert".into(),
+                    title: "任务失败：报表".into(),
+                    body: "正文".into(),
+                },
+                &[Some(channel.id)],
+                |_, _| super::robots::wecom_body("任务失败：报表", "正文"),
+                t0(),
+            )
+            .await
+            .unwrap();
+        let clock = Arc::new(ManualClock::at(t0()));
+        let dispatch = handler(&store, &clock);
+        let (_s, ctx) = run_context();
+        let log = ctx.log.clone();
+        let out = dispatch.run(Map::new(), ctx).await.unwrap();
+        // No webhook URL is set: the channel is delivered all the same.
+        assert_eq!(
+            out,
+            "no webhook configured (notify.webhook_url): sent 0, failed 1, pending 1"
+        );
+        assert!(log.contents().contains("not JSON"), "{}", log.contents());
+        let seen = receiver.seen();
+        assert_eq!(seen.len(), 1);
+        let body: Value = serde_json::from_str(&seen[0].body).unwrap();
+        assert_eq!(body["msgtype"], "markdown");
+        assert_eq!(body["markdown"]["content"], "**任务失败：报表**\n正文");
+
+        store.alert_channels().delete(channel.id).await.unwrap();
+        clock.advance(Duration::minutes(2));
+        let out = dispatch.run(Map::new(), run_context().1).await.unwrap();
+        assert_eq!(
+            out,
+            "no webhook configured (notify.webhook_url): sent 0, failed 1, pending 0"
+        );
+        let row = outbox_row(&store).await;
+        assert_eq!(row.status, OutboxStatus::Failed);
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some("the alert channel was deleted")
+        );
+        assert_eq!(receiver.seen().len(), 1);
     }
 }

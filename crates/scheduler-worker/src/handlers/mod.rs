@@ -7,6 +7,7 @@ pub mod dispatch;
 mod echo;
 pub mod purge;
 pub mod remote;
+pub mod robots;
 pub mod signing;
 
 use std::collections::BTreeMap;

@@ -34,6 +34,17 @@ pub struct Model {
     pub created_by: String,
     pub updated_at: i64,
     pub updated_by: String,
+    /// The alert policy (issue 10).
+    pub alert_on_failure: bool,
+    pub alert_after_failures: i32,
+    pub alert_on_recovery: bool,
+    /// A JSON array of channel ids; null for none.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub alert_channels: Option<String>,
+    /// Written by the engine only: fires failed in a row, and whether a
+    /// failure of that streak was alerted.
+    pub alert_streak: i32,
+    pub alert_alerted: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -2,6 +2,7 @@
 //! `qiwu-migrations`. Timestamps are `i64` milliseconds since the Unix epoch
 //! (see [`crate::time`] for the conversion); JSON lives in `TEXT` columns.
 
+pub mod alert_channel;
 pub mod alert_window;
 pub mod api_key;
 pub mod audit_log;

@@ -17,6 +17,8 @@ pub struct Model {
     pub last_error: Option<String>,
     pub created_at: i64,
     pub sent_at: Option<i64>,
+    /// The alert channel; null for the `notify.webhook_url` delivery.
+    pub channel_id: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -225,6 +225,8 @@ scenarios!(
     seed_marked_once,
 );
 
+/// Alert channels, policies and state.
+mod alerts;
 /// The fire ledger's scenarios.
 mod ledger;
 /// What observability reads and writes.
@@ -261,6 +263,7 @@ fn new_job(name: &str) -> NewJob {
         misfire_policy: "skip".to_owned(),
         remark: String::new(),
         builtin_key: None,
+        alert: Default::default(),
     }
 }
 
@@ -370,6 +373,12 @@ async fn every_entity_round_trips(store: Store) {
         created_by: "u".repeat(128),
         updated_at: -1,
         updated_by: "v".into(),
+        alert_on_failure: true,
+        alert_after_failures: 1000,
+        alert_on_recovery: true,
+        alert_channels: Some("[1,2]".into()),
+        alert_streak: i32::MAX,
+        alert_alerted: true,
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -501,6 +510,7 @@ async fn every_entity_round_trips(store: Store) {
         last_error: None,
         created_at: ms,
         sent_at: None,
+        channel_id: Some(i64::MAX),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -2023,7 +2033,10 @@ mod notify_scenarios {
         assert!(templates.list().await.unwrap().is_empty());
         assert_eq!(
             templates.seed_defaults(now()).await.unwrap(),
-            vec![TIMEOUT_ALERT.to_owned()]
+            TEMPLATES
+                .iter()
+                .map(|t| t.code.to_owned())
+                .collect::<Vec<_>>()
         );
         assert!(templates.seed_defaults(now()).await.unwrap().is_empty());
         let seeded = templates.get(TIMEOUT_ALERT).await.unwrap().unwrap();
@@ -2046,7 +2059,9 @@ mod notify_scenarios {
         assert_eq!(updated.title_zh, edited.title_zh);
         assert_eq!(updated.updated_by, "alice");
         assert_eq!(updated.updated_at, truncate_to_millis(later));
-        assert_eq!(templates.list().await.unwrap(), vec![updated.clone()]);
+        let listed = templates.list().await.unwrap();
+        assert_eq!(listed.len(), TEMPLATES.len());
+        assert!(listed.contains(&updated));
         let audit = audit_log::Entity::find()
             .filter(audit_log::Column::Action.eq("template.modify"))
             .one(store.connection())
