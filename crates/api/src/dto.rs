@@ -158,6 +158,16 @@ pub struct JobDto {
     #[schema(value_type = MisfirePolicy)]
     pub misfire_policy: String,
     pub remark: String,
+    /// The calendar deciding the days (`cn-workdays` or a user calendar's
+    /// code), or null.
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; null without a calendar.
+    #[schema(value_type = Option<CalendarRuleCode>)]
+    pub calendar_rule: Option<String>,
+    /// No fire time before this instant; null: no start.
+    pub active_from: Option<DateTime<Utc>>,
+    /// No fire time after this instant; null: no end.
+    pub active_until: Option<DateTime<Utc>>,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -184,6 +194,10 @@ impl JobDto {
             allow_concurrent: j.allow_concurrent,
             misfire_policy: j.misfire_policy,
             remark: j.remark,
+            calendar: j.time_rules.calendar,
+            calendar_rule: j.time_rules.calendar_rule.map(|r| r.as_str().to_string()),
+            active_from: j.time_rules.active_from,
+            active_until: j.time_rules.active_until,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -204,7 +218,9 @@ pub struct JobDetailDto {
     /// The next 5 fire times, in the job's zone; listed for disabled jobs too.
     #[schema(value_type = Vec<String>, format = DateTime)]
     pub next_fire_times: Vec<DateTime<FixedOffset>>,
-    /// Set when the job is disabled.
+    /// Set when the job is disabled, when its calendar has no data for
+    /// this year (or, from 1 December, the next), or when its calendar is
+    /// gone.
     pub notice: Option<String>,
     /// The 10 latest runs, with their errors; present only with
     /// `scheduler.run.browse`.
@@ -542,6 +558,24 @@ pub struct JobCreate {
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
+    /// A calendar code (`cn-workdays` or a user calendar's, see `GET
+    /// /api/calendars`); needs `calendarRule`. The cron gives the times of
+    /// day, the calendar the days (the date in the job's zone). Null or
+    /// blank: no calendar.
+    #[schema(nullable, max_length = 64)]
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; needs `calendar`. `workdays` and
+    /// `holidays` need `*` in the cron's day-of-week field.
+    #[schema(value_type = Option<CalendarRuleCode>, nullable)]
+    pub calendar_rule: Option<String>,
+    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
+    /// start.
+    #[schema(nullable)]
+    pub active_from: Option<DateTime<FixedOffset>>,
+    /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
+    /// it. Null or blank: no end.
+    #[schema(nullable)]
+    pub active_until: Option<DateTime<FixedOffset>>,
 }
 
 /// Changes to a job. `version` is the one the edit is based on (a stale
@@ -595,6 +629,24 @@ pub struct JobUpdate {
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
+    /// A calendar code (`cn-workdays` or a user calendar's, see `GET
+    /// /api/calendars`); needs `calendarRule`. The cron gives the times of
+    /// day, the calendar the days (the date in the job's zone). Null or
+    /// blank: no calendar.
+    #[schema(nullable, max_length = 64)]
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; needs `calendar`. `workdays` and
+    /// `holidays` need `*` in the cron's day-of-week field.
+    #[schema(value_type = Option<CalendarRuleCode>, nullable)]
+    pub calendar_rule: Option<String>,
+    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
+    /// start.
+    #[schema(nullable)]
+    pub active_from: Option<DateTime<FixedOffset>>,
+    /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
+    /// it. Null or blank: no end.
+    #[schema(nullable)]
+    pub active_until: Option<DateTime<FixedOffset>>,
 }
 
 /// A page of jobs.

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::CronExpr;
+use crate::Schedule;
 
 /// How many missed fire times a record counts exactly.
 pub const COUNT_CAP: usize = 10_000;
@@ -57,22 +57,22 @@ impl MissReason {
     }
 }
 
-/// The fire times of `cron` strictly after `from` and at or before `until`.
+/// The fire times of `schedule` (its calendar and active window included)
+/// strictly after `from` and at or before `until`.
 pub fn missed_between(
-    cron: &CronExpr,
-    tz: Tz,
+    schedule: &Schedule,
     from: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Option<Missed> {
-    let first = cron.next_after(from, tz).filter(|t| *t <= until)?;
-    let last = cron
-        .last_at_or_before(until, tz)
+    let first = schedule.next_after(from).filter(|t| *t <= until)?;
+    let last = schedule
+        .last_at_or_before(until)
         .filter(|t| *t >= first)
         .unwrap_or(first);
     let mut count = 1;
     let mut cursor = first;
     while cursor < last && count < COUNT_CAP {
-        match cron.next_after(cursor, tz) {
+        match schedule.next_after(cursor) {
             Some(t) if t <= last => {
                 count += 1;
                 cursor = t;
@@ -126,6 +126,8 @@ pub fn missed_text(missed: &Missed, reason: MissReason, tz: Tz, caught_up: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CronExpr;
+    use crate::calendar::{CalendarRule, builtin};
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s)
@@ -176,7 +178,7 @@ mod tests {
         ];
         for (expr, from, until, want) in cases {
             let cron = CronExpr::parse(expr).expect("cron");
-            let got = missed_between(&cron, utc, t(from), t(until));
+            let got = missed_between(&Schedule::new(cron, utc), t(from), t(until));
             let want = want.map(|(first, last, count, capped)| Missed {
                 first: t(first),
                 last: t(last),
@@ -184,6 +186,60 @@ mod tests {
                 capped,
             });
             assert_eq!(got, want, "{expr} from {from} until {until}");
+        }
+    }
+
+    /// Misses follow the calendar: over the Spring Festival 2026 a daily
+    /// 09:00 job on working days missed only the working days, the make-up
+    /// Saturday 14 February included.
+    #[test]
+    fn missed_times_follow_the_calendar() {
+        let tz: Tz = "Asia/Shanghai".parse().expect("tz");
+        let cron = CronExpr::parse("0 0 9 * * *").expect("cron");
+        let schedule = Schedule::new(cron, tz)
+            .with_calendar(builtin::cn_workdays().clone(), CalendarRule::Workdays)
+            .expect("schedule");
+        let cases = [
+            // (from, until, first, last, count): Beijing times.
+            // 13 Feb (Fri) to 24 Feb (Tue): 14 Feb (make-up Saturday),
+            // then the holiday 15–23 Feb, then 24 Feb.
+            (
+                "2026-02-13T09:00:00+08:00",
+                "2026-02-24T12:00:00+08:00",
+                "2026-02-14T09:00:00+08:00",
+                "2026-02-24T09:00:00+08:00",
+                2,
+            ),
+            // Inside the holiday nothing is missed after the Saturday.
+            (
+                "2026-02-14T09:00:00+08:00",
+                "2026-02-23T23:00:00+08:00",
+                "",
+                "",
+                0,
+            ),
+            // 28 Feb 2026 is a make-up Saturday too.
+            (
+                "2026-02-27T10:00:00+08:00",
+                "2026-03-02T10:00:00+08:00",
+                "2026-02-28T09:00:00+08:00",
+                "2026-03-02T09:00:00+08:00",
+                2,
+            ),
+        ];
+        for (from, until, first, last, count) in cases {
+            let got = missed_between(&schedule, t(from), t(until));
+            if count == 0 {
+                assert_eq!(got, None, "{from} to {until}");
+                continue;
+            }
+            let want = Missed {
+                first: t(first),
+                last: t(last),
+                count,
+                capped: false,
+            };
+            assert_eq!(got, Some(want), "{from} to {until}");
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use qiwu_domain::misfire::{missed_between, missed_text};
-use qiwu_domain::{CronExpr, MisfirePolicy, MissReason};
+use qiwu_domain::{CronExpr, MisfirePolicy, MissReason, Schedule};
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
     TimeClaim, Trigger,
@@ -29,6 +29,7 @@ use crate::context::shutting_down;
 use crate::engine::Shared;
 use crate::fire::Fire;
 use crate::lease::Slot;
+use crate::schedules::{self, UserCalendars};
 use crate::texts;
 use crate::timer::Armed;
 
@@ -406,7 +407,7 @@ impl Claimer {
                 trigger: Trigger::Schedule,
                 first_at: *at,
                 scheduled_at: *at,
-                after: previous_time(&armed.cron, armed.tz, *at),
+                after: previous_time(&armed.schedule, *at),
                 schedule_from: armed.schedule_from,
                 first,
             });
@@ -421,12 +422,17 @@ impl Claimer {
         batch: Vec<(i64, DateTime<Utc>, MissReason)>,
     ) -> Result<(), StorageError> {
         let ids: Vec<i64> = batch.iter().map(|(id, _, _)| *id).collect();
+        let store = &self.shared.store;
         let read = async {
-            let jobs = self.shared.store.jobs().get_many(&ids).await?;
-            let tips = self.shared.store.fires().tips(&ids).await?;
-            Ok::<_, StorageError>((jobs, tips))
+            let jobs = store.jobs().get_many(&ids).await?;
+            let tips = store.fires().tips(&ids).await?;
+            // Read after the jobs: a calendar edited in between moved the
+            // jobs' schedule_from, so their claims come back stale.
+            let calendars =
+                schedules::user_calendars(store, jobs.values().map(|j| &j.time_rules)).await?;
+            Ok::<_, StorageError>((jobs, tips, calendars))
         };
-        let (jobs, tips) = match read.await {
+        let (jobs, tips, calendars) = match read.await {
             Ok(read) => read,
             Err(e) => {
                 self.requeue_catch_ups(batch);
@@ -437,7 +443,7 @@ impl Claimer {
             .into_iter()
             .filter_map(|(job_id, through, reason)| {
                 let job = jobs.get(&job_id).filter(|j| j.enabled)?;
-                self.plan(job, tips.get(&job_id).copied(), through, reason)
+                self.plan(job, &calendars, tips.get(&job_id).copied(), through, reason)
             })
             .collect();
         if planned.is_empty() {
@@ -483,14 +489,16 @@ impl Claimer {
     fn plan(
         &mut self,
         job: &JobRecord,
+        calendars: &UserCalendars,
         tip: Option<DateTime<Utc>>,
         through: DateTime<Utc>,
         reason: MissReason,
     ) -> Option<Planned> {
         let cron = self.cron(&job.cron)?;
         let tz = self.shared.zone_of(job.timezone.as_deref());
+        let schedule = schedules::build(job.id, &cron, tz, &job.time_rules, calendars)?;
         let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
-        let missed = missed_between(&cron, tz, from, through)?;
+        let missed = missed_between(&schedule, from, through)?;
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
         let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
         let first = if run_once {
@@ -642,7 +650,9 @@ fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
     });
 }
 
-/// The cron's fire time before `at` (the predecessor of a timer fire).
-fn previous_time(cron: &CronExpr, tz: chrono_tz::Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    cron.last_at_or_before(at - chrono::Duration::milliseconds(1), tz)
+/// The schedule's fire time before `at` (the predecessor of a timer fire):
+/// the calendar's days and the active window count, so the chain a timer
+/// claim extends is the one catch-ups write.
+fn previous_time(schedule: &Schedule, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    schedule.last_at_or_before(at - chrono::Duration::milliseconds(1))
 }

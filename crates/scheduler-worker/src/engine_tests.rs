@@ -85,6 +85,7 @@ fn registry() -> Registry {
 
 fn job(name: &str, handler: &str, cron: &str) -> NewJob {
     NewJob {
+        time_rules: Default::default(),
         name: name.into(),
         group: "default".into(),
         handler: handler.into(),
@@ -147,7 +148,29 @@ impl Harness {
         created_ago: chrono::Duration,
         cluster: Option<ClusterConfig>,
     ) -> (Harness, Vec<i64>) {
+        Harness::start_with(hold, &[], jobs, created_ago, cluster).await
+    }
+
+    /// [`Harness::start`] with user calendars stored before the jobs.
+    async fn start_with(
+        hold: Hold,
+        calendars: &[Value],
+        jobs: &[NewJob],
+        created_ago: chrono::Duration,
+        cluster: Option<ClusterConfig>,
+    ) -> (Harness, Vec<i64>) {
         let store = test_store().await;
+        for calendar in calendars {
+            let Value::Object(map) = calendar else {
+                panic!("a calendar is an object");
+            };
+            let spec = qiwu_domain::calendar::user::validate(map, None).expect("calendar");
+            store
+                .calendars()
+                .create(&spec, "t", t0() - created_ago)
+                .await
+                .expect("calendar");
+        }
         let mut ids = Vec::new();
         for j in jobs {
             ids.push(
@@ -703,4 +726,115 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `(first_at, scheduled_at, trigger)` of each of the job's records on its
+/// schedule, in ms after `t0()`.
+async fn records(store: &Store, job: i64) -> Vec<(i64, i64, String)> {
+    use qiwu_storage::entity::fire;
+    fire::Entity::find()
+        .filter(fire::Column::JobId.eq(job))
+        .filter(fire::Column::Lane.eq(0))
+        .order_by_asc(fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .expect("fires")
+        .into_iter()
+        .map(|f| {
+            (
+                f.first_at.unwrap_or(f.scheduled_at) - ms(t0()),
+                f.scheduled_at - ms(t0()),
+                f.trigger,
+            )
+        })
+        .collect()
+}
+
+/// The active window bounds catch-ups and timers alike, and the first fire
+/// time of a window that opens later is claimed although the cron had
+/// earlier times: the ledger's chain follows the schedule, not the bare
+/// cron.
+#[tokio::test(start_paused = true)]
+async fn an_active_window_bounds_catch_ups_and_timers() {
+    let second = chrono::Duration::seconds;
+    let mut closing = job("closing", "test.stubborn", "* * * * * *");
+    closing.time_rules.active_from = Some(t0() - second(3));
+    closing.time_rules.active_until = Some(t0() + second(3));
+    let mut opening = job("opening", "test.stubborn", "* * * * * *");
+    opening.time_rules.active_from = Some(t0() + second(2));
+    opening.time_rules.active_until = Some(t0() + second(4));
+    let control = job("control", "test.stubborn", "* * * * * *");
+    // Created 10 s before the engine starts.
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[closing, opening, control],
+        second(10),
+        None,
+    )
+    .await;
+    h.until(ids[2], Duration::from_secs(20), |runs| {
+        runs.iter().any(|r| r.scheduled_at >= ms(t0()) + 7000)
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let schedule = |at: i64| (at, at, "schedule".to_string());
+    assert_eq!(
+        records(&store, ids[0]).await,
+        [
+            (-3000, 0, "misfire".to_string()),
+            schedule(1000),
+            schedule(2000),
+            schedule(3000),
+        ]
+    );
+    assert_eq!(
+        records(&store, ids[1]).await,
+        [schedule(2000), schedule(3000), schedule(4000)]
+    );
+    // Without a window the same start catches up every second since the
+    // job was created.
+    assert_eq!(
+        records(&store, ids[2]).await[0],
+        (-9000, 0, "misfire".to_string())
+    );
+}
+
+/// A calendar decides the days of the catch-ups too: in a zone where the
+/// engine starts at midnight, the holiday that ends then is not caught up.
+#[tokio::test(start_paused = true)]
+async fn a_calendar_decides_the_days_catch_ups_cover() {
+    use qiwu_domain::CalendarRule;
+    // t0() is 10:00 UTC: midnight starting 1 December at UTC+14.
+    let holiday = json!({"code": "closed", "name": "Closed", "dates": [
+        {"date": "2026-11-30", "kind": "holiday", "name": "closed"},
+    ]});
+    let mut closed = job("closed", "test.stubborn", "* * * * * *");
+    closed.timezone = Some("Etc/GMT-14".into());
+    closed.time_rules.calendar = Some("closed".into());
+    closed.time_rules.calendar_rule = Some(CalendarRule::Exclude);
+    let mut open = closed.clone();
+    open.name = "open".into();
+    open.time_rules = Default::default();
+    let (h, ids) = Harness::start_with(
+        hold_clock().await,
+        &[holiday],
+        &[closed, open],
+        chrono::Duration::seconds(10),
+        None,
+    )
+    .await;
+    h.until(ids[0], Duration::from_secs(10), |runs| {
+        runs.iter().any(|r| r.scheduled_at >= ms(t0()) + 2000)
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let closed = records(&store, ids[0]).await;
+    assert_eq!(closed[0], (0, 0, "misfire".to_string()), "{closed:#?}");
+    assert_eq!(
+        closed[1],
+        (1000, 1000, "schedule".to_string()),
+        "{closed:#?}"
+    );
+    let open = records(&store, ids[1]).await;
+    assert_eq!(open[0], (-9000, 0, "misfire".to_string()), "{open:#?}");
 }
