@@ -119,6 +119,12 @@ async fn jobs_name_calendars(db: Db) {
         (json!({"activeFrom": "tomorrow"}), vec!["activeFrom"]),
         // Not applied by the engine yet: refused rather than ignored.
         (json!({"jitterMs": 500}), vec!["jitterMs"]),
+        (json!({"maxRuns": 0}), vec!["maxRuns"]),
+        (json!({"misfireGraceMs": -1}), vec!["misfireGraceMs"]),
+        (
+            json!({"misfireGraceMs": 2_592_000_001_i64}),
+            vec!["misfireGraceMs"],
+        ),
     ];
     for (extra, want) in cases {
         let mut body = json!({"name": "bad", "handler": "demo.echo", "cron": "0 0 9 * * *",
@@ -193,8 +199,23 @@ async fn jobs_name_calendars(db: Db) {
     assert_eq!(status, StatusCode::OK, "{job}");
     assert_eq!(job["calendar"], Value::Null);
     assert_eq!(job["version"], 2);
+    assert_eq!(job["maxRuns"], Value::Null);
+    assert_eq!(job["misfireGraceMs"], 0);
+    assert_eq!(job["scheduledSuccesses"], 0);
+    // A limit and a catch-up window are kept.
+    let (status, job) = put(
+        &server,
+        &format!("/api/jobs/{id}"),
+        json!({"version": 2, "maxRuns": 3, "misfireGraceMs": 3_600_000, "misfirePolicy": "run_once"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["maxRuns"], 3);
+    assert_eq!(job["misfireGraceMs"], 3_600_000);
+    assert!(job["activeFrom"].is_string(), "the window is kept: {job}");
     let (_, detail) = get(&server, &format!("/api/jobs/{id}")).await;
     assert_eq!(fire_dates(&detail)[0], days[5].to_string(), "{detail}");
+    assert_eq!(detail["version"], 3);
 
     // No job names the calendar now: it can go.
     let (status, _) = send(

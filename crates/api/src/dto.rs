@@ -168,6 +168,14 @@ pub struct JobDto {
     pub active_from: Option<DateTime<Utc>>,
     /// No fire time after this instant; null: no end.
     pub active_until: Option<DateTime<Utc>>,
+    /// How late (ms) a `run_once` catch-up may still run; 0: however late.
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires the job disables itself;
+    /// null: no limit.
+    pub max_runs: Option<i64>,
+    /// Successful scheduled fires counted towards `maxRuns` (since the
+    /// limit was last set).
+    pub scheduled_successes: i64,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -198,6 +206,9 @@ impl JobDto {
             calendar_rule: j.time_rules.calendar_rule.map(|r| r.as_str().to_string()),
             active_from: j.time_rules.active_from,
             active_until: j.time_rules.active_until,
+            misfire_grace_ms: j.time_rules.misfire_grace_ms,
+            max_runs: j.time_rules.max_runs,
+            scheduled_successes: j.scheduled_successes,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -576,6 +587,17 @@ pub struct JobCreate {
     /// it. Null or blank: no end.
     #[schema(nullable)]
     pub active_until: Option<DateTime<FixedOffset>>,
+    /// With `misfirePolicy: run_once`: missed times are caught up only
+    /// when the last of them is at most this old (ms, up to 30 days);
+    /// older ones are one skipped record saying so. 0 (default): however
+    /// old.
+    #[schema(required = false, minimum = 0, maximum = 2592000000_i64)]
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires (timer fires and
+    /// catch-up runs, not run-once requests) the job disables itself,
+    /// audited as `system`; a new value counts from zero. Null: no limit.
+    #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
+    pub max_runs: Option<i64>,
 }
 
 /// Changes to a job. `version` is the one the edit is based on (a stale
@@ -647,6 +669,17 @@ pub struct JobUpdate {
     /// it. Null or blank: no end.
     #[schema(nullable)]
     pub active_until: Option<DateTime<FixedOffset>>,
+    /// With `misfirePolicy: run_once`: missed times are caught up only
+    /// when the last of them is at most this old (ms, up to 30 days);
+    /// older ones are one skipped record saying so. 0 (default): however
+    /// old.
+    #[schema(required = false, minimum = 0, maximum = 2592000000_i64)]
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires (timer fires and
+    /// catch-up runs, not run-once requests) the job disables itself,
+    /// audited as `system`; a new value counts from zero. Null: no limit.
+    #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
+    pub max_runs: Option<i64>,
 }
 
 /// A page of jobs.

@@ -357,7 +357,8 @@ impl FieldError {
 }
 
 /// A period in whole seconds as a person reads it: `15 分钟`, `1 day`.
-fn period_text(ms: i64, lang: Lang) -> String {
+/// A duration in the largest whole unit (days, hours, minutes, seconds).
+pub fn period_text(ms: i64, lang: Lang) -> String {
     let secs = ms / 1000;
     let (n, zh, en) = if secs % 86_400 == 0 {
         (secs / 86_400, "天", "day")

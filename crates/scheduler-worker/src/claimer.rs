@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use qiwu_domain::misfire::{missed_between, missed_text};
+use qiwu_domain::misfire::{missed_between, missed_text, past_grace_text, within_grace};
 use qiwu_domain::{CronExpr, MisfirePolicy, MissReason, Schedule};
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
@@ -501,8 +501,15 @@ impl Claimer {
         let missed = missed_between(&schedule, from, through)?;
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
         let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+        let grace = job.time_rules.misfire_grace_ms;
+        // `misfireGraceMs`: a catch-up whose last missed time is older than
+        // the window is one skipped record saying so.
+        let late = run_once && !within_grace(&missed, grace, self.shared.clock.now());
+        let run_once = run_once && !late;
         let first = if run_once {
             FirstRun::running()
+        } else if late {
+            FirstRun::skipped(past_grace_text(&missed, reason, tz, grace))
         } else {
             FirstRun::skipped(missed_text(&missed, reason, tz, false))
         };

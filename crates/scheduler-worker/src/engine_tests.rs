@@ -838,3 +838,98 @@ async fn a_calendar_decides_the_days_catch_ups_cover() {
     let open = records(&store, ids[1]).await;
     assert_eq!(open[0], (-9000, 0, "misfire".to_string()), "{open:#?}");
 }
+
+/// `misfireGraceMs`: a `run_once` job whose last missed time is older than
+/// its window records one skipped catch-up saying so; within the window
+/// (or with none) it runs.
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_older_than_its_grace_is_skipped() {
+    let second = chrono::Duration::seconds;
+    // Both missed every second from their creation to 5 s before the start
+    // (their window closed then).
+    let mut strict = NewJob {
+        misfire_policy: "run_once".into(),
+        ..job("strict", "test.stubborn", "* * * * * *")
+    };
+    strict.time_rules.active_until = Some(t0() - second(5));
+    strict.time_rules.misfire_grace_ms = 2000;
+    let mut lenient = strict.clone();
+    lenient.name = "lenient".into();
+    lenient.time_rules.misfire_grace_ms = 6000;
+    let (h, ids) = Harness::start(hold_clock().await, &[strict, lenient], second(10), None).await;
+    h.until(ids[1], Duration::from_secs(10), |runs| {
+        runs.iter().any(|r| r.status == "success")
+    })
+    .await;
+    let strict = runs(&h.store, ids[0]).await;
+    assert_eq!(strict.len(), 1, "{strict:#?}");
+    assert_eq!(
+        (strict[0].trigger.as_str(), strict[0].status.as_str()),
+        ("misfire", "skipped")
+    );
+    assert!(
+        strict[0]
+            .output
+            .contains("older than the catch-up window of 2 seconds"),
+        "{}",
+        strict[0].output
+    );
+    assert!(
+        strict[0].output.contains("超过补跑时限 2 秒"),
+        "{}",
+        strict[0].output
+    );
+    let lenient = runs(&h.store, ids[1]).await;
+    assert_eq!(lenient.len(), 1, "{lenient:#?}");
+    assert_eq!(lenient[0].trigger, "misfire");
+    h.shut_down().await;
+}
+
+/// `maxRuns`: after its second successful scheduled fire the job disables
+/// itself (audited as the system); run-once requests do not count, and no
+/// fire time after the limit is recorded.
+#[tokio::test(start_paused = true)]
+async fn a_job_disables_itself_at_its_max_runs() {
+    let mut limited = job("limited", "test.stubborn", "* * * * * *");
+    limited.time_rules.max_runs = Some(2);
+    let control = job("control", "test.stubborn", "* * * * * *");
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[limited, control],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    h.until(ids[1], Duration::from_secs(20), |runs| {
+        runs.iter().filter(|r| r.status == "success").count() >= 7
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let limited = runs(&store, ids[0]).await;
+    let scheduled: Vec<&run::Model> = limited.iter().filter(|r| r.trigger == "schedule").collect();
+    assert_eq!(scheduled.len(), 2, "{limited:#?}");
+    assert!(
+        scheduled.iter().all(|r| r.status == "success"),
+        "{limited:#?}"
+    );
+    assert_eq!(
+        limited.iter().filter(|r| r.trigger == "manual").count(),
+        1,
+        "{limited:#?}"
+    );
+    let job = store.jobs().get(ids[0]).await.expect("read").expect("job");
+    assert!(!job.enabled);
+    assert_eq!(job.scheduled_successes, 2);
+    assert_eq!(job.updated_by, texts::SYSTEM_ACTOR);
+    let audits = store
+        .audit()
+        .list(&Default::default(), 10, None)
+        .await
+        .expect("audit")
+        .0;
+    assert_eq!(audits.len(), 1, "{audits:#?}");
+    assert_eq!(audits[0].action, "job.disable");
+    assert_eq!(audits[0].actor, "system");
+    assert!(audits[0].summary.contains("2 次"), "{audits:#?}");
+}

@@ -189,7 +189,11 @@ impl Fire {
             let seconds = attempt.started.elapsed().as_secs_f64();
             crate::observe::attempt_decided(&span, &self.job.handler, &decision, seconds);
             let retry = decision.retry;
+            let succeeded = decision.status == RunStatus::Success;
             self.record(&attempt, decision).await;
+            if succeeded {
+                self.count_towards_limit().await;
+            }
             drop(running);
             match attempt.outcome {
                 Outcome::TimedOut => {
@@ -213,6 +217,37 @@ impl Fire {
                 || !self.next_attempt(&mut stop).await
             {
                 return;
+            }
+        }
+    }
+
+    /// `maxRuns`: a successful scheduled fire (a timer fire or a catch-up
+    /// run, not a run-once request) counts, and the one reaching the limit
+    /// disables the job, audited as the system. The next claim of the job
+    /// then finds it disabled (`Stale`), so every instance disarms it.
+    async fn count_towards_limit(&self) {
+        if self.job.time_rules.max_runs.is_none() || self.trigger == Trigger::Manual {
+            return;
+        }
+        let summary = texts::limit_reached(&self.job.name, self.job.time_rules.max_runs);
+        match self
+            .shared
+            .store
+            .jobs()
+            .count_scheduled_success(
+                self.job.id,
+                texts::SYSTEM_ACTOR,
+                &summary,
+                self.shared.clock.now(),
+            )
+            .await
+        {
+            Ok(Some(job)) => {
+                tracing::info!(job = job.id, max_runs = ?job.time_rules.max_runs, "the job reached its maxRuns and disabled itself")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(job = self.job.id, error = %e, "counting a success towards maxRuns failed; this success is not counted")
             }
         }
     }

@@ -417,8 +417,15 @@ impl JobRepo<'_> {
         } else {
             current.schedule_from
         };
+        // A new limit counts from zero.
+        let successes = if current.max_runs != rules.max_runs {
+            Expr::val(0_i64)
+        } else {
+            Expr::col(Column::ScheduledSuccesses)
+        };
         let changed = job::Entity::update_many()
             .set(editable_fields(job, actor, now))
+            .col_expr(Column::ScheduledSuccesses, successes)
             .col_expr(Column::ScheduleFrom, Expr::val(schedule_from))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
             .filter(Column::Id.eq(id))
@@ -509,6 +516,70 @@ impl JobRepo<'_> {
         Ok(updated)
     }
 
+    /// Counts one more successful scheduled fire of a job with a `maxRuns`
+    /// limit and, when that reaches the limit, disables the job as
+    /// `actor` (the system) in the same transaction, with its audit entry
+    /// (`job.disable`). Returns the job disabled now, if it was; `None`
+    /// also when the job is gone.
+    pub async fn count_scheduled_success(
+        &self,
+        id: i64,
+        actor: &str,
+        summary: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StorageError> {
+        let txn = self.store.begin_write().await?;
+        let now_ms = to_millis(now);
+        job::Entity::update_many()
+            .col_expr(
+                Column::ScheduledSuccesses,
+                Expr::col(Column::ScheduledSuccesses).add(1),
+            )
+            .filter(Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        let Some(row) = job::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let reached = row
+            .max_runs
+            .is_some_and(|max| row.scheduled_successes >= max);
+        if !reached || !row.enabled {
+            txn.commit().await?;
+            return Ok(None);
+        }
+        let before = JobRecord::try_from(row.clone())?;
+        job::Entity::update_many()
+            .col_expr(Column::Enabled, Expr::val(false))
+            .col_expr(
+                Column::ScheduleFrom,
+                Expr::val(next_schedule_from(row.schedule_from, now_ms)),
+            )
+            .col_expr(Column::UpdatedAt, Expr::val(now_ms))
+            .col_expr(Column::UpdatedBy, Expr::val(actor))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        let after = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        let entry = crate::NewAudit {
+            actor: actor.to_owned(),
+            action: "job.disable".to_owned(),
+            target_type: "job".to_owned(),
+            target_id: Some(id.to_string()),
+            summary: summary.to_owned(),
+            before: Some(limit_json(&before)),
+            after: Some(limit_json(&after)),
+        };
+        crate::audit::insert(&txn, &entry, now).await?;
+        txn.commit().await?;
+        Ok(Some(after))
+    }
+
     /// Returns the deleted record (callers audit it), or `None` when missing.
     pub async fn delete(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {
         Ok(self.delete_many(&[id]).await?.pop())
@@ -574,6 +645,18 @@ async fn find<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<JobRecord>, 
         .await?
         .map(JobRecord::try_from)
         .transpose()
+}
+
+/// What the audit entry of a job disabled by its limit keeps.
+fn limit_json(job: &JobRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": job.id,
+        "name": job.name,
+        "enabled": job.enabled,
+        "maxRuns": job.time_rules.max_runs,
+        "scheduledSuccesses": job.scheduled_successes,
+        "version": job.version,
+    })
 }
 
 /// The start of a new schedule: now, but always after the previous one, so

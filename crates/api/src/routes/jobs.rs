@@ -82,7 +82,7 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
 /// Time rules of issue 11 the engine does not apply yet: a body naming
 /// one is refused as naming an unknown field, rather than stored and
 /// ignored.
-const NOT_YET_APPLIED: [&str; 3] = ["misfireGraceMs", "maxRuns", "jitterMs"];
+const NOT_YET_APPLIED: [&str; 1] = ["jitterMs"];
 
 /// Validates a merged job with its time rules, turning every field error
 /// (and every field of `body` the engine does not apply yet) into the
@@ -304,6 +304,19 @@ pub async fn get_job(
     let tz = job_zone(&state, &job);
     let now = Utc::now();
     let mut notices: Vec<String> = Vec::new();
+    if let Some(max) = job.time_rules.max_runs
+        && !job.enabled
+        && job.scheduled_successes >= max
+    {
+        notices.push(match lang {
+            Lang::Zh => format!(
+                "任务已成功执行 {max} 次，达到最大执行次数，已自动停用；提高或清除 maxRuns 后可再启用。"
+            ),
+            Lang::En => format!(
+                "The job succeeded {max} times, reaching its maxRuns, and disabled itself; raise or clear maxRuns to enable it again."
+            ),
+        });
+    }
     if !job.enabled {
         notices.push(
             lang.pick(

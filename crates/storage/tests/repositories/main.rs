@@ -224,6 +224,7 @@ scenarios!(
     calendars_concurrent_updates_one_wins,
     job_time_rules_round_trip,
     calendar_edit_restarts_its_jobs_schedules,
+    max_runs_disables_the_job_once,
     seed_marked_once,
 );
 
@@ -3028,4 +3029,82 @@ async fn calendar_edit_restarts_its_jobs_schedules(store: Store) {
     assert!(store.calendars().get("plant").await.unwrap().is_some());
     store.jobs().delete_many(&ids).await.unwrap();
     assert!(store.calendars().delete("plant").await.unwrap().is_some());
+}
+
+/// `maxRuns`: each success counts; the one reaching the limit disables the
+/// job as the system, with one audit entry; a new limit counts from zero.
+async fn max_runs_disables_the_job_once(store: Store) {
+    use qiwu_domain::TimeRules;
+    let job = NewJob {
+        time_rules: TimeRules {
+            max_runs: Some(2),
+            ..TimeRules::default()
+        },
+        ..new_job("twice")
+    };
+    let created = store.jobs().create(&job, "alice", now()).await.unwrap();
+    let later = now() + chrono::TimeDelta::seconds(10);
+    let count = |at| {
+        let store = store.clone();
+        async move {
+            store
+                .jobs()
+                .count_scheduled_success(created.id, "system", "limit reached", at)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(count(later).await.is_none());
+    let disabled = count(later).await.expect("disabled at the second");
+    assert!(!disabled.enabled);
+    assert_eq!(disabled.scheduled_successes, 2);
+    assert_eq!(disabled.version, 2);
+    assert_eq!(disabled.updated_by, "system");
+    assert_eq!(disabled.schedule_from, truncate_to_millis(later));
+    // A fire that was already running when the limit was reached still
+    // counts, and disables nothing more.
+    assert!(count(later).await.is_none());
+    let entries: Vec<audit_log::Model> = audit_log::Entity::find()
+        .filter(audit_log::Column::Action.eq("job.disable"))
+        .all(store.connection())
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].actor, "system");
+    assert_eq!(
+        entries[0].target_id.as_deref(),
+        Some(created.id.to_string().as_str())
+    );
+    assert_eq!(entries[0].summary, "limit reached");
+
+    // Raised to 5 and enabled again: the count starts over.
+    let raised = NewJob {
+        time_rules: TimeRules {
+            max_runs: Some(5),
+            ..TimeRules::default()
+        },
+        ..job.clone()
+    };
+    let again = store
+        .jobs()
+        .update(created.id, 2, &raised, "alice", later)
+        .await
+        .unwrap();
+    assert!(again.enabled);
+    assert_eq!(again.scheduled_successes, 0);
+    // Other edits keep it.
+    assert!(count(later).await.is_none());
+    let renamed = NewJob {
+        remark: "same limit".into(),
+        ..raised.clone()
+    };
+    let kept = store
+        .jobs()
+        .update(created.id, again.version, &renamed, "alice", later)
+        .await
+        .unwrap();
+    assert_eq!(kept.scheduled_successes, 1);
+    // A job that is gone counts nothing.
+    store.jobs().delete(created.id).await.unwrap();
+    assert!(count(later).await.is_none());
 }
