@@ -117,8 +117,12 @@ async fn jobs_name_calendars(db: Db) {
             vec!["activeUntil"],
         ),
         (json!({"activeFrom": "tomorrow"}), vec!["activeFrom"]),
-        // Not applied by the engine yet: refused rather than ignored.
-        (json!({"jitterMs": 500}), vec!["jitterMs"]),
+        // A jitter must stay below the cron's shortest period.
+        (
+            json!({"cron": "0 * * * * *", "jitterMs": 60000}),
+            vec!["jitterMs"],
+        ),
+        (json!({"jitterMs": 86_400_001}), vec!["jitterMs"]),
         (json!({"maxRuns": 0}), vec!["maxRuns"]),
         (json!({"misfireGraceMs": -1}), vec!["misfireGraceMs"]),
         (
@@ -211,11 +215,27 @@ async fn jobs_name_calendars(db: Db) {
     .await;
     assert_eq!(status, StatusCode::OK, "{job}");
     assert_eq!(job["maxRuns"], 3);
+    assert_eq!(job["jitterMs"], 0);
+    let (status, job) = put(
+        &server,
+        &format!("/api/jobs/{id}"),
+        json!({"version": 3, "jitterMs": 600_000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["jitterMs"], 600_000);
     assert_eq!(job["misfireGraceMs"], 3_600_000);
     assert!(job["activeFrom"].is_string(), "the window is kept: {job}");
     let (_, detail) = get(&server, &format!("/api/jobs/{id}")).await;
     assert_eq!(fire_dates(&detail)[0], days[5].to_string(), "{detail}");
-    assert_eq!(detail["version"], 3);
+    assert_eq!(detail["version"], 4);
+    // The next fire times stay nominal: 09:00:00, whatever the jitter.
+    assert!(
+        detail["nextFireTimes"][0]
+            .as_str()
+            .is_some_and(|t| t.ends_with("T09:00:00+08:00")),
+        "{detail}"
+    );
 
     // No job names the calendar now: it can go.
     let (status, _) = send(

@@ -176,6 +176,9 @@ pub struct JobDto {
     /// Successful scheduled fires counted towards `maxRuns` (since the
     /// limit was last set).
     pub scheduled_successes: i64,
+    /// Each fire starts up to this many ms after its nominal time (the
+    /// same delay on every worker); 0: on time.
+    pub jitter_ms: i64,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -209,6 +212,7 @@ impl JobDto {
             misfire_grace_ms: j.time_rules.misfire_grace_ms,
             max_runs: j.time_rules.max_runs,
             scheduled_successes: j.scheduled_successes,
+            jitter_ms: j.time_rules.jitter_ms,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -598,6 +602,13 @@ pub struct JobCreate {
     /// audited as `system`; a new value counts from zero. Null: no limit.
     #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
     pub max_runs: Option<i64>,
+    /// Each fire starts up to this many ms after its nominal time, by a
+    /// delay every worker derives alike from the job and the time, so that
+    /// jobs sharing a cron do not all start on second 0. Less than the
+    /// cron's shortest period (and at most a day); `scheduledAt` stays the
+    /// nominal time. Default 0.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub jitter_ms: i64,
 }
 
 /// Changes to a job. `version` is the one the edit is based on (a stale
@@ -680,6 +691,13 @@ pub struct JobUpdate {
     /// audited as `system`; a new value counts from zero. Null: no limit.
     #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
     pub max_runs: Option<i64>,
+    /// Each fire starts up to this many ms after its nominal time, by a
+    /// delay every worker derives alike from the job and the time, so that
+    /// jobs sharing a cron do not all start on second 0. Less than the
+    /// cron's shortest period (and at most a day); `scheduledAt` stays the
+    /// nominal time. Default 0.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub jitter_ms: i64,
 }
 
 /// A page of jobs.

@@ -76,10 +76,11 @@ impl JobWork {
         self.catch_up.is_none() && self.times.is_empty()
     }
 
-    /// Folds the queued times older than `limit` into the catch-up.
+    /// Folds the queued times that were to start before `limit` into the
+    /// catch-up (a jittered time starts after its nominal time).
     fn fold_older(&mut self, limit: DateTime<Utc>, reason: MissReason) {
-        while let Some((_, at)) = self.times.front() {
-            if *at >= limit {
+        while let Some((armed, at)) = self.times.front() {
+            if armed.start_at(*at) >= limit {
                 break;
             }
             let at = *at;
@@ -362,7 +363,10 @@ impl Claimer {
         {
             crate::observe::claimed(Trigger::Schedule, &outcome);
             match outcome {
-                ClaimOutcome::Claimed(claimed) => self.start(*claimed, slot, None),
+                ClaimOutcome::Claimed(claimed) => {
+                    let start = armed.start_at(at);
+                    self.start(*claimed, slot, None, start)
+                }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(armed.job_id));
@@ -467,7 +471,10 @@ impl Claimer {
             let (job_id, through, reason) = planned.asked;
             crate::observe::caught_up(&outcome, reason, planned.missed);
             match outcome {
-                ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, planned.note),
+                ClaimOutcome::Claimed(claimed) => {
+                    let start = claimed.scheduled_at;
+                    self.start(*claimed, None, planned.note, start)
+                }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(job_id));
@@ -573,7 +580,8 @@ impl Claimer {
             self.manual_known.remove(&id);
             crate::observe::claimed(Trigger::Manual, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
-                self.start(*claimed, None, None);
+                let start = claimed.scheduled_at;
+                self.start(*claimed, None, None, start);
             }
         }
         Ok(())
@@ -581,8 +589,15 @@ impl Claimer {
 
     /// Starts the fire of a claimed run that is to run (a skip or a failure
     /// decided at the claim is already recorded). A time claim was sized to
-    /// the free places; a catch-up run beyond them waits for one.
-    fn start(&mut self, claimed: Claimed, slot: Option<Slot>, note: Option<String>) {
+    /// the free places; a catch-up run beyond them waits for one. `due` is
+    /// when it was to start (a timer fire's nominal time plus its jitter).
+    fn start(
+        &mut self,
+        claimed: Claimed,
+        slot: Option<Slot>,
+        note: Option<String>,
+        due: DateTime<Utc>,
+    ) {
         let Some(job) = claimed.job else {
             crate::observe::ended_at_claim(None, claimed.status);
             return;
@@ -608,6 +623,7 @@ impl Claimer {
                 fire_id: claimed.fire_id,
                 trigger: claimed.trigger,
                 scheduled_at: claimed.scheduled_at,
+                due,
                 run_id: claimed.run_id,
                 attempt: 1,
                 note,

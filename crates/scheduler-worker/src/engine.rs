@@ -610,7 +610,13 @@ impl Loop {
             .unwrap_or(chrono::Duration::seconds(5));
         let mut stalled: HashMap<i64, DateTime<Utc>> = HashMap::new();
         for due in self.timers.pop_due(now) {
-            if now - due.at > threshold {
+            // Late is measured from the fire's start: a jittered fire is
+            // due at its nominal time plus its delay.
+            let start = self
+                .timers
+                .armed(due.job_id)
+                .map_or(due.at, |armed| armed.start_at(due.at));
+            if now - start > threshold {
                 stalled.insert(due.job_id, due.at);
                 continue;
             }

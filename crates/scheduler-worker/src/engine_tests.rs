@@ -933,3 +933,49 @@ async fn a_job_disables_itself_at_its_max_runs() {
     assert_eq!(audits[0].actor, "system");
     assert!(audits[0].summary.contains("2 次"), "{audits:#?}");
 }
+
+/// `jitterMs`: each fire starts at its nominal time plus the delay the
+/// schedule derives from the job and the time; `scheduledAt` stays the
+/// nominal time.
+#[tokio::test(start_paused = true)]
+async fn a_jittered_fire_starts_after_its_nominal_time_by_its_own_delay() {
+    let mut jittered = job("jittered", "test.stubborn", "* * * * * *");
+    jittered.time_rules.jitter_ms = 900;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[jittered],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "success").count() >= 6
+        })
+        .await;
+    h.shut_down().await;
+    let schedule = qiwu_domain::Schedule::new(
+        qiwu_domain::CronExpr::parse("* * * * * *").expect("cron"),
+        chrono_tz::UTC,
+    )
+    .with_jitter_ms(900)
+    .expect("jitter");
+    let mut delays = Vec::new();
+    for run in runs.iter().filter(|r| r.trigger == "schedule") {
+        assert_eq!(run.scheduled_at % 1000, 0, "nominal: {run:?}");
+        let nominal = DateTime::from_timestamp_millis(run.scheduled_at).expect("time");
+        let delay = schedule.jitter_delay_ms(ids[0], nominal);
+        let waited = run.started_at - run.scheduled_at;
+        // Started at its start time, to the test's step.
+        assert!(
+            (delay..=delay + 2 * STEP.as_millis() as i64).contains(&waited),
+            "delay {delay} ms, started {waited} ms late: {run:?}"
+        );
+        delays.push(delay);
+    }
+    assert!(delays.len() >= 5, "{runs:#?}");
+    assert!(
+        delays.iter().any(|d| *d != delays[0]),
+        "each time its own delay: {delays:?}"
+    );
+}

@@ -38,7 +38,11 @@ pub(crate) struct Fire {
     pub job: JobRecord,
     pub fire_id: i64,
     pub trigger: Trigger,
+    /// The nominal time (`scheduledAt`).
     pub scheduled_at: DateTime<Utc>,
+    /// When it was to start: the nominal time plus the job's jitter for a
+    /// timer fire; the lag is measured from here.
+    pub due: DateTime<Utc>,
     /// The run row of the current attempt.
     pub run_id: i64,
     pub attempt: u32,
@@ -166,7 +170,7 @@ impl Fire {
         if let Err((status, output, error)) = self.take_lock().await {
             return self.end_at_once(status, output, error).await;
         }
-        crate::observe::fire_started(self.trigger, self.scheduled_at, self.shared.clock.now());
+        crate::observe::fire_started(self.trigger, self.due, self.shared.clock.now());
         loop {
             let attempts_left = self.attempt < self.attempts();
             let span = crate::observe::attempt_span(

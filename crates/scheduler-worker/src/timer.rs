@@ -39,6 +39,15 @@ pub struct Due {
     pub at: DateTime<Utc>,
 }
 
+impl Armed {
+    /// When the fire at nominal time `at` starts: `at` plus the job's
+    /// jitter delay, which every worker derives alike from the job id and
+    /// `at` (no jitter: `at`).
+    pub fn start_at(&self, at: DateTime<Utc>) -> DateTime<Utc> {
+        self.schedule.start_at(self.job_id, at)
+    }
+}
+
 /// A heap entry: (wake-up time, job, generation, nominal fire time).
 type Entry = Reverse<(DateTime<Utc>, i64, u64, DateTime<Utc>)>;
 
@@ -50,9 +59,10 @@ pub struct Timers {
     next_generation: u64,
 }
 
-/// The instant a fire time wakes this instance up.
+/// The instant a fire time wakes this instance up: its start (the nominal
+/// time plus the job's jitter), plus this instance's backup delay.
 fn wake_at(armed: &Armed, at: DateTime<Utc>) -> DateTime<Utc> {
-    at + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
+    armed.start_at(at) + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
 }
 
 impl Timers {

@@ -15,7 +15,7 @@ use crate::dto::{
     EnabledWrite, IdList, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate,
     RecentRunDto, in_zone,
 };
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, Problem, ProblemFieldText};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
@@ -79,19 +79,12 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
     }
 }
 
-/// Time rules of issue 11 the engine does not apply yet: a body naming
-/// one is refused as naming an unknown field, rather than stored and
-/// ignored.
-const NOT_YET_APPLIED: [&str; 1] = ["jitterMs"];
-
 /// Validates a merged job with its time rules, turning every field error
-/// (and every field of `body` the engine does not apply yet) into the
-/// response.
+/// into the response.
 async fn validate(
     state: &AppState,
     lang: Lang,
     input: &Map<String, Value>,
-    body: &Map<String, Value>,
 ) -> Result<(JobSpec, TimeRules), ApiError> {
     let groups: Vec<String> = state
         .store
@@ -103,26 +96,9 @@ async fn validate(
         .map(|g| g.code)
         .collect();
     let calendars = calendar_codes(state, lang).await?;
-    let mut errors: Vec<ProblemFieldText> = Vec::new();
-    let valid = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars)
-        .map_err(|e| errors.extend(e.iter().map(ProblemFieldText::from)));
-    for field in NOT_YET_APPLIED
-        .into_iter()
-        .filter(|f| body.contains_key(*f))
-    {
-        errors.retain(|e| e.field != field);
-        errors.push(ProblemFieldText::new(
-            field,
-            Text::new(
-                format!("不认识的字段 {field}"),
-                format!("Unknown field {field}"),
-            ),
-        ));
-    }
-    match valid {
-        Ok(valid) if errors.is_empty() => Ok(valid),
-        _ => Err(ApiError::validation(lang, errors)),
-    }
+    job::validate_with_time_rules(input, &state.catalog, &groups, &calendars).map_err(|errors| {
+        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
+    })
 }
 
 fn to_new_job(spec: JobSpec, time_rules: TimeRules, builtin_key: Option<String>) -> NewJob {
@@ -204,8 +180,8 @@ pub async fn create_job(
     let body = body_object(lang, body.into_inner())?;
     let mut input = job::defaults();
     input.extend(job::time_rule_defaults());
-    input.extend(body.clone());
-    let (spec, rules) = validate(&state, lang, &input, &body).await?;
+    input.extend(body);
+    let (spec, rules) = validate(&state, lang, &input).await?;
     let created = state
         .store
         .jobs()
@@ -426,7 +402,7 @@ pub async fn update_job(
     };
     let current = load(&state, lang, id).await?;
     let mut input = writable(&current);
-    input.extend(body.clone());
+    input.extend(body);
     // The manual's rule for a new handler: params that are empty or still
     // the old handler's defaults become the new handler's defaults.
     if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
@@ -447,7 +423,7 @@ pub async fn update_job(
     {
         input.insert("name".into(), json!(b.name_zh));
     }
-    let (spec, rules) = validate(&state, lang, &input, &body).await?;
+    let (spec, rules) = validate(&state, lang, &input).await?;
     let updated = state
         .store
         .jobs()
