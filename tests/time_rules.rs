@@ -361,3 +361,97 @@ async fn the_engine_fires_only_on_the_calendars_days() {
         "{runs:#?}"
     );
 }
+
+/// `POST /api/jobs/{id}/preview-change`: the next fire times before and
+/// after an edit, whether it starts a new schedule (never a catch-up), the
+/// calendar's effect and the errors a `PUT` would answer; nothing saved.
+#[tokio::test]
+async fn an_edit_is_previewed_without_saving() {
+    let server = Server::start();
+    let (status, job) = post(
+        &server,
+        "/api/jobs",
+        json!({"name": "payroll", "handler": "demo.echo", "cron": "0 0 10 * * *",
+               "timezone": "Asia/Shanghai"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_i64().expect("id");
+    let path = format!("/api/jobs/{id}/preview-change");
+
+    // To working days by cn-workdays, starting after the 2026 Spring
+    // Festival's make-up Saturday: nothing else changes yet.
+    let (status, preview) = post(
+        &server,
+        &path,
+        json!({"version": 1, "calendar": "cn-workdays", "calendarRule": "workdays",
+               "activeFrom": "2026-02-14T00:00:00+08:00", "activeUntil": "2026-02-28T23:59:59+08:00"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert_eq!(preview["valid"], true, "{preview}");
+    assert_eq!(preview["errors"], json!([]));
+    assert_eq!(preview["newSchedule"], true);
+    assert_eq!(preview["catchUpOnSave"], false);
+    assert!(
+        preview["catchUpNote"]
+            .as_str()
+            .is_some_and(|n| n.contains("not caught up")),
+        "{preview}"
+    );
+    assert_eq!(
+        preview["nextFireTimesBefore"].as_array().map(Vec::len),
+        Some(5)
+    );
+    // Its window is in the past: no time after saving.
+    assert_eq!(preview["nextFireTimesAfter"], json!([]), "{preview}");
+
+    // Without the window the calendar's effect over the listed times is
+    // given (an object, even when it changed no date there).
+    let (_, preview) = post(
+        &server,
+        &path,
+        json!({"calendar": "cn-workdays", "calendarRule": "workdays"}),
+    )
+    .await;
+    assert_eq!(preview["valid"], true, "{preview}");
+    assert!(preview["calendarEffect"].is_object(), "{preview}");
+    assert_eq!(
+        preview["nextFireTimesAfter"].as_array().map(Vec::len),
+        Some(5)
+    );
+
+    // A remark changes no schedule.
+    let (_, preview) = post(&server, &path, json!({"remark": "paid on time"})).await;
+    assert_eq!(preview["valid"], true, "{preview}");
+    assert_eq!(preview["newSchedule"], false);
+    assert_eq!(
+        preview["nextFireTimesAfter"],
+        preview["nextFireTimesBefore"]
+    );
+    assert_eq!(preview["calendarEffect"], Value::Null);
+
+    // Every problem a PUT would answer, a stale version included.
+    let (status, preview) = post(
+        &server,
+        &path,
+        json!({"version": 7, "calendar": "nope", "calendarRule": "workdays", "cron": "0 0 9 * * 1-5"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert_eq!(preview["valid"], false);
+    assert_eq!(
+        fields(&preview),
+        ["version", "calendar", "cron"],
+        "{preview}"
+    );
+    assert_eq!(preview["nextFireTimesAfter"], json!([]));
+
+    // Nothing was saved.
+    let (_, detail) = get(&server, &format!("/api/jobs/{id}")).await;
+    assert_eq!(detail["version"], 1);
+    assert_eq!(detail["calendar"], Value::Null);
+    assert_eq!(detail["remark"], "");
+    let (status, _) = post(&server, "/api/jobs/999999/preview-change", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

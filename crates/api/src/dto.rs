@@ -700,6 +700,41 @@ pub struct JobUpdate {
     pub jitter_ms: i64,
 }
 
+/// What saving an edit would do (`POST /api/jobs/{id}/preview-change`);
+/// nothing is saved.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobChangePreview {
+    /// True when a `PUT` of this body would be accepted as it is.
+    pub valid: bool,
+    /// What the `PUT` would answer 400 with, each naming its field (a stale
+    /// `version` included); empty when valid.
+    pub errors: Vec<crate::error::ProblemField>,
+    /// The next 5 fire times as the job is saved now, in its zone.
+    #[schema(value_type = Vec<String>, format = DateTime)]
+    pub next_fire_times_before: Vec<DateTime<FixedOffset>>,
+    /// The next 5 fire times once saved, in the job's zone then (listed
+    /// for a disabled job too); empty when invalid.
+    #[schema(value_type = Vec<String>, format = DateTime)]
+    pub next_fire_times_after: Vec<DateTime<FixedOffset>>,
+    /// Saving starts a new schedule: the cron, zone, enabled state,
+    /// calendar or rule, active window or jitter changes.
+    pub new_schedule: bool,
+    /// Whether saving makes the engine catch up missed fire times at once.
+    /// Never: a new schedule starts when it is saved (times before it are
+    /// not missed), and other edits leave the schedule and its pending
+    /// catch-ups as they are.
+    pub catch_up_on_save: bool,
+    /// Why, in words.
+    pub catch_up_note: String,
+    /// With a calendar once saved: the dates it removed or added among
+    /// `nextFireTimesAfter`, compared with the plain week.
+    pub calendar_effect: Option<crate::calendar_dto::CalendarEffectDto>,
+    /// Notices once saved (the job disabled, its calendar without data for
+    /// a year in reach).
+    pub notice: Option<String>,
+}
+
 /// A page of jobs.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -11,11 +11,12 @@ use serde_json::{Map, Value, json};
 
 use crate::audit::{self, Action, Target, job_json};
 use crate::auth::{Permission, Principal};
+use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
-    EnabledWrite, IdList, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate,
-    RecentRunDto, in_zone,
+    EnabledWrite, IdList, JobChangePreview, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery,
+    JobUpdate, RecentRunDto, in_zone,
 };
-use crate::error::{ApiError, Problem, ProblemFieldText};
+use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
@@ -86,6 +87,17 @@ async fn validate(
     lang: Lang,
     input: &Map<String, Value>,
 ) -> Result<(JobSpec, TimeRules), ApiError> {
+    check(state, lang, input).await?.map_err(|errors| {
+        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
+    })
+}
+
+/// Checks a merged job with its time rules: the job, or every field error.
+async fn check(
+    state: &AppState,
+    lang: Lang,
+    input: &Map<String, Value>,
+) -> Result<Result<(JobSpec, TimeRules), Vec<job::FieldError>>, ApiError> {
     let groups: Vec<String> = state
         .store
         .groups()
@@ -96,9 +108,12 @@ async fn validate(
         .map(|g| g.code)
         .collect();
     let calendars = calendar_codes(state, lang).await?;
-    job::validate_with_time_rules(input, &state.catalog, &groups, &calendars).map_err(|errors| {
-        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
-    })
+    Ok(job::validate_with_time_rules(
+        input,
+        &state.catalog,
+        &groups,
+        &calendars,
+    ))
 }
 
 fn to_new_job(spec: JobSpec, time_rules: TimeRules, builtin_key: Option<String>) -> NewJob {
@@ -401,28 +416,7 @@ pub async fn update_job(
         }
     };
     let current = load(&state, lang, id).await?;
-    let mut input = writable(&current);
-    input.extend(body);
-    // The manual's rule for a new handler: params that are empty or still
-    // the old handler's defaults become the new handler's defaults.
-    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
-        && let Some(params) = job::params_for_new_handler(
-            input.get("params"),
-            &current.handler,
-            new_handler.trim(),
-            &state.catalog,
-        )
-    {
-        input.insert("params".into(), params);
-    }
-    // A built-in job echoed back under its translated name keeps its
-    // original name, so that it keeps following the reader's language.
-    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
-        && current.name == b.name_zh
-        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
-    {
-        input.insert("name".into(), json!(b.name_zh));
-    }
+    let input = merged(&state, &current, body);
     let (spec, rules) = validate(&state, lang, &input).await?;
     let updated = state
         .store
@@ -453,6 +447,194 @@ pub async fn update_job(
     .await;
     tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
     Ok(HttpResponse::Ok().json(JobDto::new(updated, lang)))
+}
+
+/// An update's body merged over the stored job, as a `PUT` saves it.
+fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Map<String, Value> {
+    let mut input = writable(current);
+    input.extend(body);
+    // The manual's rule for a new handler: params that are empty or still
+    // the old handler's defaults become the new handler's defaults.
+    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
+        && let Some(params) = job::params_for_new_handler(
+            input.get("params"),
+            &current.handler,
+            new_handler.trim(),
+            &state.catalog,
+        )
+    {
+        input.insert("params".into(), params);
+    }
+    // A built-in job echoed back under its translated name keeps its
+    // original name, so that it keeps following the reader's language.
+    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
+        && current.name == b.name_zh
+        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
+    {
+        input.insert("name".into(), json!(b.name_zh));
+    }
+    input
+}
+
+/// What saving an edit would do, with nothing saved: the next fire times
+/// before and after, whether it starts a new schedule or a catch-up, the
+/// calendar's effect, and the validation errors a `PUT` would answer.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Preview an edit",
+    description = "The body is the one `PUT /api/jobs/{id}` would send (`version` may be left out here; a stale one is listed among `errors`). Nothing is saved or audited. A body that is not an object is a 400; every field problem is in `errors` of a 200.",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
+    request_body(
+        content = JobUpdate,
+        description = "The edit, as a `PUT` would send it",
+        example = json!({"version": 1, "cron": "0 0 10 * * *", "timezone": "Asia/Shanghai", "calendar": "cn-workdays", "calendarRule": "workdays"})
+    ),
+    responses(
+        (status = 200, description = "What saving would do; nothing was saved", body = JobChangePreview),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/jobs/{id}/preview-change")]
+pub async fn preview_change(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<Id>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskModify, Permission::TaskView])?;
+    let lang = who.lang;
+    let id = id.into_inner().0;
+    let body = body_object(lang, body.into_inner())?;
+    let current = load(&state, lang, id).await?;
+    let now = Utc::now();
+    let mut errors: Vec<ProblemField> = Vec::new();
+    match body.get("version") {
+        None => {}
+        Some(Value::Number(n)) if n.as_i64() == Some(current.version) => {}
+        Some(_) => errors.push(ProblemField {
+            field: "version".into(),
+            message: match lang {
+                Lang::Zh => format!("version 应为修改前读到的版本号：当前是 {}", current.version),
+                Lang::En => format!(
+                    "version must be the version the edit is based on: the current one is {}",
+                    current.version
+                ),
+            },
+        }),
+    }
+    let before = match CronExpr::parse(&current.cron) {
+        Ok(cron) => {
+            let tz = job_zone(&state, &current);
+            match job_schedule(&state, lang, &current, cron, tz).await? {
+                Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
+                Err(_) => vec![],
+            }
+        }
+        Err(_) => vec![],
+    };
+    let input = merged(&state, &current, body);
+    let checked = check(&state, lang, &input).await?;
+    let (spec, rules) = match checked {
+        Ok(valid) => valid,
+        Err(field_errors) => {
+            errors.extend(field_errors.iter().map(|e| ProblemField {
+                field: e.field.clone(),
+                message: e.message(lang),
+            }));
+            return Ok(HttpResponse::Ok().json(JobChangePreview {
+                valid: false,
+                errors,
+                next_fire_times_before: before,
+                next_fire_times_after: vec![],
+                new_schedule: false,
+                catch_up_on_save: false,
+                catch_up_note: String::new(),
+                calendar_effect: None,
+                notice: None,
+            }));
+        }
+    };
+    let new = to_new_job(spec, rules, None);
+    let new_schedule = starts_new_schedule(&current, &new);
+    let after_record = JobRecord {
+        cron: new.cron.clone(),
+        timezone: new.timezone.clone(),
+        enabled: new.enabled,
+        time_rules: new.time_rules.clone(),
+        ..current.clone()
+    };
+    let tz = job_zone(&state, &after_record);
+    let mut notices = Vec::new();
+    if !new.enabled {
+        notices.push(
+            lang.pick(
+                "保存后任务为停用状态：以下为启用后的触发时间。",
+                "The job is disabled once saved: these are the fire times once it is enabled.",
+            )
+            .to_string(),
+        );
+    }
+    let (after, calendar_effect) = match CronExpr::parse(&new.cron) {
+        Ok(cron) => match job_schedule(&state, lang, &after_record, cron, tz).await? {
+            Ok(schedule) => {
+                if let Some(notice) = schedule.calendar_notice(now) {
+                    notices.push(notice.message(lang));
+                }
+                let times = schedule.upcoming(now, 5);
+                let effect = times.last().and_then(|last| {
+                    schedule
+                        .calendar_effect(now, *last)
+                        .map(|effect| CalendarEffectDto::new(&effect, lang))
+                });
+                (in_zone(times, tz), effect)
+            }
+            Err(why) => {
+                notices.push(why);
+                (vec![], None)
+            }
+        },
+        Err(e) => return Err(ApiError::internal(lang, e)),
+    };
+    let catch_up_note = if new_schedule {
+        lang.pick(
+            "保存即开始新的触发计划：保存之前的触发时间不算错过，不会补跑。",
+            "Saving starts a new schedule from that moment: fire times before it are not missed and are not caught up.",
+        )
+    } else {
+        lang.pick(
+            "保存不改变触发计划：已有的触发记录和待补跑的时间保持不变。",
+            "Saving keeps the schedule: its records and any pending catch-up stay as they are.",
+        )
+    }
+    .to_string();
+    Ok(HttpResponse::Ok().json(JobChangePreview {
+        valid: errors.is_empty(),
+        errors,
+        next_fire_times_before: before,
+        next_fire_times_after: after,
+        new_schedule,
+        catch_up_on_save: false,
+        catch_up_note,
+        calendar_effect,
+        notice: (!notices.is_empty()).then(|| notices.join(" ")),
+    }))
+}
+
+/// True when saving `new` over `current` starts a new schedule, as
+/// storage decides it (`JobRepo::update` moves `schedule_from`).
+fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
+    current.cron != new.cron
+        || current.timezone != new.timezone
+        || current.enabled != new.enabled
+        || current.time_rules.calendar != new.time_rules.calendar
+        || current.time_rules.calendar_rule != new.time_rules.calendar_rule
+        || current.time_rules.active_from != new.time_rules.active_from
+        || current.time_rules.active_until != new.time_rules.active_until
+        || current.time_rules.jitter_ms != new.time_rules.jitter_ms
 }
 
 /// Enables or disables a job at once on every instance.
