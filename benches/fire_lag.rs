@@ -117,6 +117,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
     let now = chrono::Utc::now();
     for i in 0..jobs {
         let job = NewJob {
+            time_rules: Default::default(),
             name: format!("bench-{i}"),
             group: "default".into(),
             handler: "demo.echo".into(),

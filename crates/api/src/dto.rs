@@ -158,6 +158,27 @@ pub struct JobDto {
     #[schema(value_type = MisfirePolicy)]
     pub misfire_policy: String,
     pub remark: String,
+    /// The calendar deciding the days (`cn-workdays` or a user calendar's
+    /// code), or null.
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; null without a calendar.
+    #[schema(value_type = Option<CalendarRuleCode>)]
+    pub calendar_rule: Option<String>,
+    /// No fire time before this instant; null: no start.
+    pub active_from: Option<DateTime<Utc>>,
+    /// No fire time after this instant; null: no end.
+    pub active_until: Option<DateTime<Utc>>,
+    /// How late (ms) a `run_once` catch-up may still run; 0: however late.
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires the job disables itself;
+    /// null: no limit.
+    pub max_runs: Option<i64>,
+    /// Successful scheduled fires counted towards `maxRuns` (since the
+    /// limit was last set).
+    pub scheduled_successes: i64,
+    /// Each fire starts up to this many ms after its nominal time (the
+    /// same delay on every worker); 0: on time.
+    pub jitter_ms: i64,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -194,6 +215,14 @@ impl JobDto {
             allow_concurrent: j.allow_concurrent,
             misfire_policy: j.misfire_policy,
             remark: j.remark,
+            calendar: j.time_rules.calendar,
+            calendar_rule: j.time_rules.calendar_rule.map(|r| r.as_str().to_string()),
+            active_from: j.time_rules.active_from,
+            active_until: j.time_rules.active_until,
+            misfire_grace_ms: j.time_rules.misfire_grace_ms,
+            max_runs: j.time_rules.max_runs,
+            scheduled_successes: j.scheduled_successes,
+            jitter_ms: j.time_rules.jitter_ms,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -218,7 +247,9 @@ pub struct JobDetailDto {
     /// The next 5 fire times, in the job's zone; listed for disabled jobs too.
     #[schema(value_type = Vec<String>, format = DateTime)]
     pub next_fire_times: Vec<DateTime<FixedOffset>>,
-    /// Set when the job is disabled.
+    /// Set when the job is disabled, when its calendar has no data for
+    /// this year (or, from 1 December, the next), or when its calendar is
+    /// gone.
     pub notice: Option<String>,
     /// The 10 latest runs, with their errors; present only with
     /// `scheduler.run.browse`.
@@ -568,6 +599,42 @@ pub struct JobCreate {
     /// Alert channel ids (at most 20); empty: the default channels; default [].
     #[schema(required = false, max_items = 20)]
     pub alert_channels: Vec<i64>,
+    /// A calendar code (`cn-workdays` or a user calendar's, see `GET
+    /// /api/calendars`); needs `calendarRule`. The cron gives the times of
+    /// day, the calendar the days (the date in the job's zone). Null or
+    /// blank: no calendar.
+    #[schema(nullable, max_length = 64)]
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; needs `calendar`. `workdays` and
+    /// `holidays` need `*` in the cron's day-of-week field.
+    #[schema(value_type = Option<CalendarRuleCode>, nullable)]
+    pub calendar_rule: Option<String>,
+    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
+    /// start.
+    #[schema(nullable)]
+    pub active_from: Option<DateTime<FixedOffset>>,
+    /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
+    /// it. Null or blank: no end.
+    #[schema(nullable)]
+    pub active_until: Option<DateTime<FixedOffset>>,
+    /// With `misfirePolicy: run_once`: missed times are caught up only
+    /// when the last of them is at most this old (ms, up to 30 days);
+    /// older ones are one skipped record saying so. 0 (default): however
+    /// old.
+    #[schema(required = false, minimum = 0, maximum = 2592000000_i64)]
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires (timer fires and
+    /// catch-up runs, not run-once requests) the job disables itself,
+    /// audited as `system`; a new value counts from zero. Null: no limit.
+    #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
+    pub max_runs: Option<i64>,
+    /// Each fire starts up to this many ms after its nominal time, by a
+    /// delay every worker derives alike from the job and the time, so that
+    /// jobs sharing a cron do not all start on second 0. Less than the
+    /// cron's shortest period (and at most a day); `scheduledAt` stays the
+    /// nominal time. Default 0.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub jitter_ms: i64,
 }
 
 /// Changes to a job. `version` is the one the edit is based on (a stale
@@ -633,6 +700,77 @@ pub struct JobUpdate {
     /// Alert channel ids (at most 20); empty: the default channels.
     #[schema(required = false, max_items = 20)]
     pub alert_channels: Vec<i64>,
+    /// A calendar code (`cn-workdays` or a user calendar's, see `GET
+    /// /api/calendars`); needs `calendarRule`. The cron gives the times of
+    /// day, the calendar the days (the date in the job's zone). Null or
+    /// blank: no calendar.
+    #[schema(nullable, max_length = 64)]
+    pub calendar: Option<String>,
+    /// How the calendar decides the days; needs `calendar`. `workdays` and
+    /// `holidays` need `*` in the cron's day-of-week field.
+    #[schema(value_type = Option<CalendarRuleCode>, nullable)]
+    pub calendar_rule: Option<String>,
+    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
+    /// start.
+    #[schema(nullable)]
+    pub active_from: Option<DateTime<FixedOffset>>,
+    /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
+    /// it. Null or blank: no end.
+    #[schema(nullable)]
+    pub active_until: Option<DateTime<FixedOffset>>,
+    /// With `misfirePolicy: run_once`: missed times are caught up only
+    /// when the last of them is at most this old (ms, up to 30 days);
+    /// older ones are one skipped record saying so. 0 (default): however
+    /// old.
+    #[schema(required = false, minimum = 0, maximum = 2592000000_i64)]
+    pub misfire_grace_ms: i64,
+    /// After this many successful scheduled fires (timer fires and
+    /// catch-up runs, not run-once requests) the job disables itself,
+    /// audited as `system`; a new value counts from zero. Null: no limit.
+    #[schema(nullable, minimum = 1, maximum = 1000000000_i64)]
+    pub max_runs: Option<i64>,
+    /// Each fire starts up to this many ms after its nominal time, by a
+    /// delay every worker derives alike from the job and the time, so that
+    /// jobs sharing a cron do not all start on second 0. Less than the
+    /// cron's shortest period (and at most a day); `scheduledAt` stays the
+    /// nominal time. Default 0.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub jitter_ms: i64,
+}
+
+/// What saving an edit would do (`POST /api/jobs/{id}/preview-change`);
+/// nothing is saved.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobChangePreview {
+    /// True when a `PUT` of this body would be accepted as it is.
+    pub valid: bool,
+    /// What the `PUT` would answer 400 with, each naming its field (a stale
+    /// `version` included); empty when valid.
+    pub errors: Vec<crate::error::ProblemField>,
+    /// The next 5 fire times as the job is saved now, in its zone.
+    #[schema(value_type = Vec<String>, format = DateTime)]
+    pub next_fire_times_before: Vec<DateTime<FixedOffset>>,
+    /// The next 5 fire times once saved, in the job's zone then (listed
+    /// for a disabled job too); empty when invalid.
+    #[schema(value_type = Vec<String>, format = DateTime)]
+    pub next_fire_times_after: Vec<DateTime<FixedOffset>>,
+    /// Saving starts a new schedule: the cron, zone, enabled state,
+    /// calendar or rule, active window or jitter changes.
+    pub new_schedule: bool,
+    /// Whether saving makes the engine catch up missed fire times at once.
+    /// Never: a new schedule starts when it is saved (times before it are
+    /// not missed), and other edits leave the schedule and its pending
+    /// catch-ups as they are.
+    pub catch_up_on_save: bool,
+    /// Why, in words.
+    pub catch_up_note: String,
+    /// With a calendar once saved: the dates it removed or added among
+    /// `nextFireTimesAfter`, compared with the plain week.
+    pub calendar_effect: Option<crate::calendar_dto::CalendarEffectDto>,
+    /// Notices once saved (the job disabled, its calendar without data for
+    /// a year in reach).
+    pub notice: Option<String>,
 }
 
 /// A page of jobs.

@@ -46,6 +46,7 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(job_export::export_jobs)
         .service(jobs::get_job)
         .service(jobs::update_job)
+        .service(jobs::preview_change)
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
         .service(fires::run_once)

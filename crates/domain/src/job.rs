@@ -6,9 +6,8 @@
 //!
 //! The time rules of issue 11 (`calendar`, `calendarRule`,
 //! `misfireGraceMs`, `activeFrom`, `activeUntil`, `maxRuns`, `jitterMs`) are
-//! checked by [`validate_with_time_rules`]. Until jobs store them, the API
-//! keeps calling [`validate`], which rejects them as unknown fields, so a
-//! client never sees one accepted and then dropped.
+//! checked by [`validate_with_time_rules`], which the API calls for every
+//! create and update; [`validate`] rejects them as unknown fields.
 
 use std::sync::Arc;
 
@@ -52,8 +51,7 @@ pub const WRITABLE_FIELDS: [&str; 13] = [
     "remark",
 ];
 
-/// The time rules of issue 11, writable once jobs store them (see
-/// [`validate_with_time_rules`]).
+/// The time rules of issue 11 (see [`validate_with_time_rules`]).
 pub const TIME_RULE_FIELDS: [&str; 7] = [
     "calendar",
     "calendarRule",
@@ -374,7 +372,8 @@ impl FieldError {
 }
 
 /// A period in whole seconds as a person reads it: `15 分钟`, `1 day`.
-fn period_text(ms: i64, lang: Lang) -> String {
+/// A duration in the largest whole unit (days, hours, minutes, seconds).
+pub fn period_text(ms: i64, lang: Lang) -> String {
     let secs = ms / 1000;
     let (n, zh, en) = if secs % 86_400 == 0 {
         (secs / 86_400, "天", "day")

@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use crate::CronExpr;
+use crate::job::period_text;
+use crate::{Lang, Schedule};
 
 /// How many missed fire times a record counts exactly.
 pub const COUNT_CAP: usize = 10_000;
@@ -57,22 +58,22 @@ impl MissReason {
     }
 }
 
-/// The fire times of `cron` strictly after `from` and at or before `until`.
+/// The fire times of `schedule` (its calendar and active window included)
+/// strictly after `from` and at or before `until`.
 pub fn missed_between(
-    cron: &CronExpr,
-    tz: Tz,
+    schedule: &Schedule,
     from: DateTime<Utc>,
     until: DateTime<Utc>,
 ) -> Option<Missed> {
-    let first = cron.next_after(from, tz).filter(|t| *t <= until)?;
-    let last = cron
-        .last_at_or_before(until, tz)
+    let first = schedule.next_after(from).filter(|t| *t <= until)?;
+    let last = schedule
+        .last_at_or_before(until)
         .filter(|t| *t >= first)
         .unwrap_or(first);
     let mut count = 1;
     let mut cursor = first;
     while cursor < last && count < COUNT_CAP {
-        match cron.next_after(cursor, tz) {
+        match schedule.next_after(cursor) {
             Some(t) if t <= last => {
                 count += 1;
                 cursor = t;
@@ -91,6 +92,27 @@ pub fn missed_between(
 /// The `output` of the record that stands for missed times, under the
 /// `skip` policy (`caught_up` false) or as the note of a catch-up run.
 pub fn missed_text(missed: &Missed, reason: MissReason, tz: Tz, caught_up: bool) -> String {
+    if caught_up {
+        texts(
+            missed,
+            reason,
+            tz,
+            "错过策略为补跑一次，现在补做。",
+            "misfire policy is run once: caught up now.",
+        )
+    } else {
+        texts(
+            missed,
+            reason,
+            tz,
+            "错过策略为跳过，不补做。",
+            "misfire policy is skip.",
+        )
+    }
+}
+
+/// The record's two lines: what was missed, why, and what the policy did.
+fn texts(missed: &Missed, reason: MissReason, tz: Tz, zh_policy: &str, en_policy: &str) -> String {
     let fmt = |t: DateTime<Utc>| {
         t.with_timezone(&tz)
             .format("%Y-%m-%d %H:%M:%S %:z")
@@ -102,14 +124,6 @@ pub fn missed_text(missed: &Missed, reason: MissReason, tz: Tz, caught_up: bool)
         missed.count.to_string()
     };
     let (zh_while, en_while) = reason.while_texts();
-    let (zh_policy, en_policy) = if caught_up {
-        (
-            "错过策略为补跑一次，现在补做。",
-            "misfire policy is run once: caught up now.",
-        )
-    } else {
-        ("错过策略为跳过，不补做。", "misfire policy is skip.")
-    };
     if missed.count == 1 && !missed.capped {
         let at = fmt(missed.first);
         format!(
@@ -123,9 +137,37 @@ pub fn missed_text(missed: &Missed, reason: MissReason, tz: Tz, caught_up: bool)
     }
 }
 
+/// Whether a `run_once` catch-up may still run at `now`: always with no
+/// window (`grace_ms` 0), else only when the last missed time is at most
+/// `grace_ms` old (a 03:30 report does not run at 15:00 after an outage).
+pub fn within_grace(missed: &Missed, grace_ms: i64, now: DateTime<Utc>) -> bool {
+    grace_ms <= 0 || (now - missed.last).num_milliseconds() <= grace_ms
+}
+
+/// The `output` of the skipped record standing for missed times that a
+/// `run_once` job does not catch up because the last of them is older
+/// than its `misfireGraceMs`.
+pub fn past_grace_text(missed: &Missed, reason: MissReason, tz: Tz, grace_ms: i64) -> String {
+    let (zh, en) = (
+        period_text(grace_ms, Lang::Zh),
+        period_text(grace_ms, Lang::En),
+    );
+    texts(
+        missed,
+        reason,
+        tz,
+        &format!("错过策略为补跑一次，但最后一次错过已超过补跑时限 {zh}，不补做。"),
+        &format!(
+            "misfire policy is run once, but the last missed time is older than the catch-up window of {en}: not caught up."
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CronExpr;
+    use crate::calendar::{CalendarRule, builtin};
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s)
@@ -176,7 +218,7 @@ mod tests {
         ];
         for (expr, from, until, want) in cases {
             let cron = CronExpr::parse(expr).expect("cron");
-            let got = missed_between(&cron, utc, t(from), t(until));
+            let got = missed_between(&Schedule::new(cron, utc), t(from), t(until));
             let want = want.map(|(first, last, count, capped)| Missed {
                 first: t(first),
                 last: t(last),
@@ -185,6 +227,90 @@ mod tests {
             });
             assert_eq!(got, want, "{expr} from {from} until {until}");
         }
+    }
+
+    /// Misses follow the calendar: over the Spring Festival 2026 a daily
+    /// 09:00 job on working days missed only the working days, the make-up
+    /// Saturday 14 February included.
+    #[test]
+    fn missed_times_follow_the_calendar() {
+        let tz: Tz = "Asia/Shanghai".parse().expect("tz");
+        let cron = CronExpr::parse("0 0 9 * * *").expect("cron");
+        let schedule = Schedule::new(cron, tz)
+            .with_calendar(builtin::cn_workdays().clone(), CalendarRule::Workdays)
+            .expect("schedule");
+        let cases = [
+            // (from, until, first, last, count): Beijing times.
+            // 13 Feb (Fri) to 24 Feb (Tue): 14 Feb (make-up Saturday),
+            // then the holiday 15–23 Feb, then 24 Feb.
+            (
+                "2026-02-13T09:00:00+08:00",
+                "2026-02-24T12:00:00+08:00",
+                "2026-02-14T09:00:00+08:00",
+                "2026-02-24T09:00:00+08:00",
+                2,
+            ),
+            // Inside the holiday nothing is missed after the Saturday.
+            (
+                "2026-02-14T09:00:00+08:00",
+                "2026-02-23T23:00:00+08:00",
+                "",
+                "",
+                0,
+            ),
+            // 28 Feb 2026 is a make-up Saturday too.
+            (
+                "2026-02-27T10:00:00+08:00",
+                "2026-03-02T10:00:00+08:00",
+                "2026-02-28T09:00:00+08:00",
+                "2026-03-02T09:00:00+08:00",
+                2,
+            ),
+        ];
+        for (from, until, first, last, count) in cases {
+            let got = missed_between(&schedule, t(from), t(until));
+            if count == 0 {
+                assert_eq!(got, None, "{from} to {until}");
+                continue;
+            }
+            let want = Missed {
+                first: t(first),
+                last: t(last),
+                count,
+                capped: false,
+            };
+            assert_eq!(got, Some(want), "{from} to {until}");
+        }
+    }
+
+    #[test]
+    fn a_catch_up_runs_only_within_its_grace() {
+        let missed = Missed {
+            first: t("2026-05-01T03:30:00Z"),
+            last: t("2026-05-02T03:30:00Z"),
+            count: 2,
+            capped: false,
+        };
+        let cases = [
+            // (grace ms, now, runs)
+            (0, "2026-06-01T00:00:00Z", true),
+            (3_600_000, "2026-05-02T04:30:00Z", true),
+            (3_600_000, "2026-05-02T04:30:00.001Z", false),
+            (1, "2026-05-02T03:30:00Z", true),
+        ];
+        for (grace, now, runs) in cases {
+            assert_eq!(within_grace(&missed, grace, t(now)), runs, "{grace} {now}");
+        }
+        let tz: Tz = "Asia/Shanghai".parse().expect("tz");
+        let text = past_grace_text(&missed, MissReason::Outage, tz, 3_600_000);
+        assert!(
+            text.contains("数据库不可用期间错过了 2 次执行：2026-05-01 11:30:00 +08:00 至 2026-05-02 11:30:00 +08:00；错过策略为补跑一次，但最后一次错过已超过补跑时限 1 小时，不补做。"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Missed 2 fire times while the database was unreachable: 2026-05-01 11:30:00 +08:00 to 2026-05-02 11:30:00 +08:00; misfire policy is run once, but the last missed time is older than the catch-up window of 1 hour: not caught up."),
+            "{text}"
+        );
     }
 
     #[test]

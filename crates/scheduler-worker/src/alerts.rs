@@ -555,6 +555,7 @@ mod tests {
                     remark: String::new(),
                     builtin_key: None,
                     alert,
+                    time_rules: Default::default(),
                 },
                 "t",
                 Utc::now(),
@@ -808,6 +809,7 @@ mod tests {
                         channels: vec![feishu.id],
                         ..policy
                     },
+                    time_rules: Default::default(),
                 },
                 "t",
                 Utc::now(),

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use qiwu_domain::misfire::{missed_between, missed_text};
-use qiwu_domain::{CronExpr, MisfirePolicy, MissReason};
+use qiwu_domain::misfire::{missed_between, missed_text, past_grace_text, within_grace};
+use qiwu_domain::{CronExpr, MisfirePolicy, MissReason, Schedule};
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
     TimeClaim, Trigger,
@@ -29,6 +29,7 @@ use crate::context::shutting_down;
 use crate::engine::Shared;
 use crate::fire::Fire;
 use crate::lease::Slot;
+use crate::schedules::{self, UserCalendars};
 use crate::texts;
 use crate::timer::Armed;
 
@@ -75,10 +76,11 @@ impl JobWork {
         self.catch_up.is_none() && self.times.is_empty()
     }
 
-    /// Folds the queued times older than `limit` into the catch-up.
+    /// Folds the queued times that were to start before `limit` into the
+    /// catch-up (a jittered time starts after its nominal time).
     fn fold_older(&mut self, limit: DateTime<Utc>, reason: MissReason) {
-        while let Some((_, at)) = self.times.front() {
-            if *at >= limit {
+        while let Some((armed, at)) = self.times.front() {
+            if armed.start_at(*at) >= limit {
                 break;
             }
             let at = *at;
@@ -361,7 +363,10 @@ impl Claimer {
         {
             crate::observe::claimed(Trigger::Schedule, &outcome);
             match outcome {
-                ClaimOutcome::Claimed(claimed) => self.start(*claimed, slot, None),
+                ClaimOutcome::Claimed(claimed) => {
+                    let start = armed.start_at(at);
+                    self.start(*claimed, slot, None, start)
+                }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(armed.job_id));
@@ -406,7 +411,7 @@ impl Claimer {
                 trigger: Trigger::Schedule,
                 first_at: *at,
                 scheduled_at: *at,
-                after: previous_time(&armed.cron, armed.tz, *at),
+                after: previous_time(&armed.schedule, *at),
                 schedule_from: armed.schedule_from,
                 first,
             });
@@ -421,12 +426,17 @@ impl Claimer {
         batch: Vec<(i64, DateTime<Utc>, MissReason)>,
     ) -> Result<(), StorageError> {
         let ids: Vec<i64> = batch.iter().map(|(id, _, _)| *id).collect();
+        let store = &self.shared.store;
         let read = async {
-            let jobs = self.shared.store.jobs().get_many(&ids).await?;
-            let tips = self.shared.store.fires().tips(&ids).await?;
-            Ok::<_, StorageError>((jobs, tips))
+            let jobs = store.jobs().get_many(&ids).await?;
+            let tips = store.fires().tips(&ids).await?;
+            // Read after the jobs: a calendar edited in between moved the
+            // jobs' schedule_from, so their claims come back stale.
+            let calendars =
+                schedules::user_calendars(store, jobs.values().map(|j| &j.time_rules)).await?;
+            Ok::<_, StorageError>((jobs, tips, calendars))
         };
-        let (jobs, tips) = match read.await {
+        let (jobs, tips, calendars) = match read.await {
             Ok(read) => read,
             Err(e) => {
                 self.requeue_catch_ups(batch);
@@ -437,7 +447,7 @@ impl Claimer {
             .into_iter()
             .filter_map(|(job_id, through, reason)| {
                 let job = jobs.get(&job_id).filter(|j| j.enabled)?;
-                self.plan(job, tips.get(&job_id).copied(), through, reason)
+                self.plan(job, &calendars, tips.get(&job_id).copied(), through, reason)
             })
             .collect();
         if planned.is_empty() {
@@ -461,7 +471,10 @@ impl Claimer {
             let (job_id, through, reason) = planned.asked;
             crate::observe::caught_up(&outcome, reason, planned.missed);
             match outcome {
-                ClaimOutcome::Claimed(claimed) => self.start(*claimed, None, planned.note),
+                ClaimOutcome::Claimed(claimed) => {
+                    let start = claimed.scheduled_at;
+                    self.start(*claimed, None, planned.note, start)
+                }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(job_id));
@@ -483,18 +496,27 @@ impl Claimer {
     fn plan(
         &mut self,
         job: &JobRecord,
+        calendars: &UserCalendars,
         tip: Option<DateTime<Utc>>,
         through: DateTime<Utc>,
         reason: MissReason,
     ) -> Option<Planned> {
         let cron = self.cron(&job.cron)?;
         let tz = self.shared.zone_of(job.timezone.as_deref());
+        let schedule = schedules::build(job.id, &cron, tz, &job.time_rules, calendars)?;
         let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
-        let missed = missed_between(&cron, tz, from, through)?;
+        let missed = missed_between(&schedule, from, through)?;
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
         let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+        let grace = job.time_rules.misfire_grace_ms;
+        // `misfireGraceMs`: a catch-up whose last missed time is older than
+        // the window is one skipped record saying so.
+        let late = run_once && !within_grace(&missed, grace, self.shared.clock.now());
+        let run_once = run_once && !late;
         let first = if run_once {
             FirstRun::running()
+        } else if late {
+            FirstRun::skipped(past_grace_text(&missed, reason, tz, grace))
         } else {
             FirstRun::skipped(missed_text(&missed, reason, tz, false))
         };
@@ -558,7 +580,8 @@ impl Claimer {
             self.manual_known.remove(&id);
             crate::observe::claimed(Trigger::Manual, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
-                self.start(*claimed, None, None);
+                let start = claimed.scheduled_at;
+                self.start(*claimed, None, None, start);
             }
         }
         Ok(())
@@ -566,8 +589,15 @@ impl Claimer {
 
     /// Starts the fire of a claimed run that is to run (a skip or a failure
     /// decided at the claim is already recorded). A time claim was sized to
-    /// the free places; a catch-up run beyond them waits for one.
-    fn start(&mut self, claimed: Claimed, slot: Option<Slot>, note: Option<String>) {
+    /// the free places; a catch-up run beyond them waits for one. `due` is
+    /// when it was to start (a timer fire's nominal time plus its jitter).
+    fn start(
+        &mut self,
+        claimed: Claimed,
+        slot: Option<Slot>,
+        note: Option<String>,
+        due: DateTime<Utc>,
+    ) {
         let Some(job) = claimed.job else {
             crate::observe::ended_at_claim(None, claimed.status);
             return;
@@ -593,6 +623,7 @@ impl Claimer {
                 fire_id: claimed.fire_id,
                 trigger: claimed.trigger,
                 scheduled_at: claimed.scheduled_at,
+                due,
                 run_id: claimed.run_id,
                 attempt: 1,
                 note,
@@ -642,7 +673,9 @@ fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
     });
 }
 
-/// The cron's fire time before `at` (the predecessor of a timer fire).
-fn previous_time(cron: &CronExpr, tz: chrono_tz::Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    cron.last_at_or_before(at - chrono::Duration::milliseconds(1), tz)
+/// The schedule's fire time before `at` (the predecessor of a timer fire):
+/// the calendar's days and the active window count, so the chain a timer
+/// claim extends is the one catch-ups write.
+fn previous_time(schedule: &Schedule, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    schedule.last_at_or_before(at - chrono::Duration::milliseconds(1))
 }

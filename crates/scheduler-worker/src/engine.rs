@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use qiwu_domain::{CronExpr, MissReason};
+use qiwu_domain::{CronExpr, MissReason, Schedule};
 use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
@@ -28,6 +28,7 @@ use crate::error::WorkerError;
 use crate::handlers::Registry;
 use crate::lease::Slots;
 use crate::recorder::Recorder;
+use crate::schedules::{self, UserCalendars};
 use crate::texts;
 use crate::timer::{Armed, Timers};
 
@@ -243,7 +244,7 @@ impl Engine {
             status,
         } = self;
         let helpers = start_helpers(&shared, &sender, &shutdown);
-        let Some(catalog) = start(&shared, &status, &mut shutdown).await? else {
+        let Some((catalog, calendars)) = start(&shared, &status, &mut shutdown).await? else {
             return Ok(());
         };
         let (claims, requests) = mpsc::unbounded_channel();
@@ -261,7 +262,7 @@ impl Engine {
             previous_live: shared.membership.borrow().live.clone(),
         };
         crate::observe::watch_in_flight(&shared);
-        state.load(catalog, start_line(&shared));
+        state.load(catalog, &calendars, start_line(&shared));
         state.poll_pending().await;
         crate::observe::loop_state(state.timers.len(), state.catalog.len());
         status.send_replace(EngineStatus::Running);
@@ -326,7 +327,7 @@ async fn start(
     shared: &Arc<Shared>,
     status: &watch::Sender<EngineStatus>,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<Option<Vec<JobSchedule>>, WorkerError> {
+) -> Result<Option<(Vec<JobSchedule>, UserCalendars)>, WorkerError> {
     let mut backoff = Duration::from_millis(250);
     loop {
         match try_start(shared).await {
@@ -346,8 +347,11 @@ async fn start(
 }
 
 /// Checks the schema (and a cluster's zone), closes this instance's
-/// leftover runs and reads every enabled job's schedule.
-async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProblem> {
+/// leftover runs and reads every enabled job's schedule, with the user
+/// calendars they name.
+async fn try_start(
+    shared: &Arc<Shared>,
+) -> Result<(Vec<JobSchedule>, UserCalendars), StartProblem> {
     check_schema(&shared.store).await?;
     if shared.config.cluster.is_some() {
         agree_zone(shared).await?;
@@ -366,6 +370,9 @@ async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProble
         tracing::warn!(closed, "closed runs left running by a previous process");
     }
     let all = load_schedules(&shared.store).await?;
+    let calendars = schedules::user_calendars(&shared.store, all.iter().map(|s| &s.time_rules))
+        .await
+        .map_err(not_yet)?;
     if shared.config.cluster.is_some() {
         // The first heart-beat tells who is alive before jobs are armed.
         let mut membership = shared.membership.clone();
@@ -373,7 +380,7 @@ async fn try_start(shared: &Arc<Shared>) -> Result<Vec<JobSchedule>, StartProble
             let _ = tokio::time::timeout(Duration::from_secs(5), membership.changed()).await;
         }
     }
-    Ok(all)
+    Ok((all, calendars))
 }
 
 fn not_yet(e: qiwu_storage::StorageError) -> StartProblem {
@@ -490,8 +497,7 @@ async fn stop(
 #[derive(Debug, Clone)]
 struct Known {
     schedule_from: DateTime<Utc>,
-    cron: Arc<CronExpr>,
-    tz: Tz,
+    schedule: Arc<Schedule>,
     allow_concurrent: bool,
 }
 
@@ -611,7 +617,13 @@ impl Loop {
             .unwrap_or(chrono::Duration::seconds(5));
         let mut stalled: HashMap<i64, DateTime<Utc>> = HashMap::new();
         for due in self.timers.pop_due(now) {
-            if now - due.at > threshold {
+            // Late is measured from the fire's start: a jittered fire is
+            // due at its nominal time plus its delay.
+            let start = self
+                .timers
+                .armed(due.job_id)
+                .map_or(due.at, |armed| armed.start_at(due.at));
+            if now - start > threshold {
                 stalled.insert(due.job_id, due.at);
                 continue;
             }
@@ -637,18 +649,25 @@ impl Loop {
 
     /// The start-up load: every enabled job, armed where owned, its misses
     /// caught up where this instance is its primary.
-    fn load(&mut self, catalog: Vec<JobSchedule>, line: DateTime<Utc>) {
+    fn load(&mut self, catalog: Vec<JobSchedule>, calendars: &UserCalendars, line: DateTime<Utc>) {
         for schedule in catalog {
             let id = schedule.id;
-            self.apply(id, Some(schedule), line);
+            self.apply(id, Some(schedule), calendars, line);
         }
     }
 
     async fn reload(&mut self, job_id: i64) {
-        match self.shared.store.jobs().schedule(job_id).await {
-            Ok(schedule) => {
+        let store = &self.shared.store;
+        let read = async {
+            let schedule = store.jobs().schedule(job_id).await?;
+            let calendars =
+                schedules::user_calendars(store, schedule.iter().map(|s| &s.time_rules)).await?;
+            Ok::<_, qiwu_storage::StorageError>((schedule, calendars))
+        };
+        match read.await {
+            Ok((schedule, calendars)) => {
                 let line = self.shared.clock.now() - ARM_GRACE;
-                self.apply(job_id, schedule, line);
+                self.apply(job_id, schedule, &calendars, line);
             }
             Err(e) => {
                 tracing::error!(job = job_id, error = %e, "cannot reload a changed job; the next reconciliation retries")
@@ -660,19 +679,20 @@ impl Loop {
     async fn reconcile(&mut self) {
         let started = self.shared.clock.now();
         let since = self.last_reconcile - RECONCILE_OVERLAP;
-        match self
-            .shared
-            .store
-            .jobs()
-            .schedules_changed_since(since)
-            .await
-        {
-            Ok(changed) => {
+        let store = &self.shared.store;
+        let read = async {
+            let changed = store.jobs().schedules_changed_since(since).await?;
+            let calendars =
+                schedules::user_calendars(store, changed.iter().map(|s| &s.time_rules)).await?;
+            Ok::<_, qiwu_storage::StorageError>((changed, calendars))
+        };
+        match read.await {
+            Ok((changed, calendars)) => {
                 let line = started - ARM_GRACE;
                 for schedule in changed {
                     let id = schedule.id;
                     let before = self.timers.armed(id).map(|a| a.schedule_from);
-                    self.apply(id, Some(schedule), line);
+                    self.apply(id, Some(schedule), &calendars, line);
                     let after = self.timers.armed(id).map(|a| a.schedule_from);
                     crate::observe::repaired(before, after);
                 }
@@ -699,8 +719,16 @@ impl Loop {
 
     /// Records a job's current schedule (or its absence) and arms or
     /// disarms it accordingly.
-    fn apply(&mut self, job_id: i64, schedule: Option<JobSchedule>, line: DateTime<Utc>) {
-        let known = schedule.filter(|s| s.enabled).and_then(|s| self.known(&s));
+    fn apply(
+        &mut self,
+        job_id: i64,
+        schedule: Option<JobSchedule>,
+        calendars: &UserCalendars,
+        line: DateTime<Utc>,
+    ) {
+        let known = schedule
+            .filter(|s| s.enabled)
+            .and_then(|s| self.known(&s, calendars));
         match known {
             Some(known) => {
                 self.catalog.insert(job_id, known);
@@ -713,7 +741,7 @@ impl Loop {
         }
     }
 
-    fn known(&mut self, schedule: &JobSchedule) -> Option<Known> {
+    fn known(&mut self, schedule: &JobSchedule, calendars: &UserCalendars) -> Option<Known> {
         let cron = match self.crons.get(&schedule.cron) {
             Some(cron) => Arc::clone(cron),
             None => match CronExpr::parse(&schedule.cron) {
@@ -728,10 +756,11 @@ impl Loop {
                 }
             },
         };
+        let tz = self.shared.zone_of(schedule.timezone.as_deref());
+        let built = schedules::build(schedule.id, &cron, tz, &schedule.time_rules, calendars)?;
         Some(Known {
             schedule_from: schedule.schedule_from,
-            cron,
-            tz: self.shared.zone_of(schedule.timezone.as_deref()),
+            schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
         })
     }
@@ -801,8 +830,7 @@ impl Loop {
         let armed = Armed {
             job_id,
             schedule_from: known.schedule_from,
-            cron: Arc::clone(&known.cron),
-            tz: known.tz,
+            schedule: Arc::clone(&known.schedule),
             allow_concurrent: known.allow_concurrent,
             delay,
         };

@@ -100,6 +100,7 @@ fn job(name: &str, handler: &str, cron: &str) -> NewJob {
         remark: String::new(),
         builtin_key: None,
         alert: Default::default(),
+        time_rules: Default::default(),
     }
 }
 
@@ -150,7 +151,29 @@ impl Harness {
         created_ago: chrono::Duration,
         cluster: Option<ClusterConfig>,
     ) -> (Harness, Vec<i64>) {
+        Harness::start_with(hold, &[], jobs, created_ago, cluster).await
+    }
+
+    /// [`Harness::start`] with user calendars stored before the jobs.
+    async fn start_with(
+        hold: Hold,
+        calendars: &[Value],
+        jobs: &[NewJob],
+        created_ago: chrono::Duration,
+        cluster: Option<ClusterConfig>,
+    ) -> (Harness, Vec<i64>) {
         let store = test_store().await;
+        for calendar in calendars {
+            let Value::Object(map) = calendar else {
+                panic!("a calendar is an object");
+            };
+            let spec = qiwu_domain::calendar::user::validate(map, None).expect("calendar");
+            store
+                .calendars()
+                .create(&spec, "t", t0() - created_ago)
+                .await
+                .expect("calendar");
+        }
         let mut ids = Vec::new();
         for j in jobs {
             ids.push(
@@ -850,4 +873,256 @@ async fn alerts_follow_the_final_end_and_a_clean_success_costs_nothing() {
     assert_eq!(alert_reads(&sql), 0, "{sql:#?}");
     assert_eq!(inbox(&h).await.len(), 2);
     h.shut_down().await;
+}
+
+/// `(first_at, scheduled_at, trigger)` of each of the job's records on its
+/// schedule, in ms after `t0()`.
+async fn records(store: &Store, job: i64) -> Vec<(i64, i64, String)> {
+    use qiwu_storage::entity::fire;
+    fire::Entity::find()
+        .filter(fire::Column::JobId.eq(job))
+        .filter(fire::Column::Lane.eq(0))
+        .order_by_asc(fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .expect("fires")
+        .into_iter()
+        .map(|f| {
+            (
+                f.first_at.unwrap_or(f.scheduled_at) - ms(t0()),
+                f.scheduled_at - ms(t0()),
+                f.trigger,
+            )
+        })
+        .collect()
+}
+
+/// The active window bounds catch-ups and timers alike, and the first fire
+/// time of a window that opens later is claimed although the cron had
+/// earlier times: the ledger's chain follows the schedule, not the bare
+/// cron.
+#[tokio::test(start_paused = true)]
+async fn an_active_window_bounds_catch_ups_and_timers() {
+    let second = chrono::Duration::seconds;
+    let mut closing = job("closing", "test.stubborn", "* * * * * *");
+    closing.time_rules.active_from = Some(t0() - second(3));
+    closing.time_rules.active_until = Some(t0() + second(3));
+    let mut opening = job("opening", "test.stubborn", "* * * * * *");
+    opening.time_rules.active_from = Some(t0() + second(2));
+    opening.time_rules.active_until = Some(t0() + second(4));
+    let control = job("control", "test.stubborn", "* * * * * *");
+    // Created 10 s before the engine starts.
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[closing, opening, control],
+        second(10),
+        None,
+    )
+    .await;
+    h.until(ids[2], Duration::from_secs(20), |runs| {
+        runs.iter().any(|r| r.scheduled_at >= ms(t0()) + 7000)
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let schedule = |at: i64| (at, at, "schedule".to_string());
+    assert_eq!(
+        records(&store, ids[0]).await,
+        [
+            (-3000, 0, "misfire".to_string()),
+            schedule(1000),
+            schedule(2000),
+            schedule(3000),
+        ]
+    );
+    assert_eq!(
+        records(&store, ids[1]).await,
+        [schedule(2000), schedule(3000), schedule(4000)]
+    );
+    // Without a window the same start catches up every second since the
+    // job was created.
+    assert_eq!(
+        records(&store, ids[2]).await[0],
+        (-9000, 0, "misfire".to_string())
+    );
+}
+
+/// A calendar decides the days of the catch-ups too: in a zone where the
+/// engine starts at midnight, the holiday that ends then is not caught up.
+#[tokio::test(start_paused = true)]
+async fn a_calendar_decides_the_days_catch_ups_cover() {
+    use qiwu_domain::CalendarRule;
+    // t0() is 10:00 UTC: midnight starting 1 December at UTC+14.
+    let holiday = json!({"code": "closed", "name": "Closed", "dates": [
+        {"date": "2026-11-30", "kind": "holiday", "name": "closed"},
+    ]});
+    let mut closed = job("closed", "test.stubborn", "* * * * * *");
+    closed.timezone = Some("Etc/GMT-14".into());
+    closed.time_rules.calendar = Some("closed".into());
+    closed.time_rules.calendar_rule = Some(CalendarRule::Exclude);
+    let mut open = closed.clone();
+    open.name = "open".into();
+    open.time_rules = Default::default();
+    let (h, ids) = Harness::start_with(
+        hold_clock().await,
+        &[holiday],
+        &[closed, open],
+        chrono::Duration::seconds(10),
+        None,
+    )
+    .await;
+    h.until(ids[0], Duration::from_secs(10), |runs| {
+        runs.iter().any(|r| r.scheduled_at >= ms(t0()) + 2000)
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let closed = records(&store, ids[0]).await;
+    assert_eq!(closed[0], (0, 0, "misfire".to_string()), "{closed:#?}");
+    assert_eq!(
+        closed[1],
+        (1000, 1000, "schedule".to_string()),
+        "{closed:#?}"
+    );
+    let open = records(&store, ids[1]).await;
+    assert_eq!(open[0], (-9000, 0, "misfire".to_string()), "{open:#?}");
+}
+
+/// `misfireGraceMs`: a `run_once` job whose last missed time is older than
+/// its window records one skipped catch-up saying so; within the window
+/// (or with none) it runs.
+#[tokio::test(start_paused = true)]
+async fn a_catch_up_older_than_its_grace_is_skipped() {
+    let second = chrono::Duration::seconds;
+    // Both missed every second from their creation to 5 s before the start
+    // (their window closed then).
+    let mut strict = NewJob {
+        misfire_policy: "run_once".into(),
+        ..job("strict", "test.stubborn", "* * * * * *")
+    };
+    strict.time_rules.active_until = Some(t0() - second(5));
+    strict.time_rules.misfire_grace_ms = 2000;
+    let mut lenient = strict.clone();
+    lenient.name = "lenient".into();
+    lenient.time_rules.misfire_grace_ms = 6000;
+    let (h, ids) = Harness::start(hold_clock().await, &[strict, lenient], second(10), None).await;
+    h.until(ids[1], Duration::from_secs(10), |runs| {
+        runs.iter().any(|r| r.status == "success")
+    })
+    .await;
+    let strict = runs(&h.store, ids[0]).await;
+    assert_eq!(strict.len(), 1, "{strict:#?}");
+    assert_eq!(
+        (strict[0].trigger.as_str(), strict[0].status.as_str()),
+        ("misfire", "skipped")
+    );
+    assert!(
+        strict[0]
+            .output
+            .contains("older than the catch-up window of 2 seconds"),
+        "{}",
+        strict[0].output
+    );
+    assert!(
+        strict[0].output.contains("超过补跑时限 2 秒"),
+        "{}",
+        strict[0].output
+    );
+    let lenient = runs(&h.store, ids[1]).await;
+    assert_eq!(lenient.len(), 1, "{lenient:#?}");
+    assert_eq!(lenient[0].trigger, "misfire");
+    h.shut_down().await;
+}
+
+/// `maxRuns`: after its second successful scheduled fire the job disables
+/// itself (audited as the system); run-once requests do not count, and no
+/// fire time after the limit is recorded.
+#[tokio::test(start_paused = true)]
+async fn a_job_disables_itself_at_its_max_runs() {
+    let mut limited = job("limited", "test.stubborn", "* * * * * *");
+    limited.time_rules.max_runs = Some(2);
+    let control = job("control", "test.stubborn", "* * * * * *");
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[limited, control],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    h.until(ids[1], Duration::from_secs(20), |runs| {
+        runs.iter().filter(|r| r.status == "success").count() >= 7
+    })
+    .await;
+    let (store, _hold) = h.shut_down().await;
+    let limited = runs(&store, ids[0]).await;
+    let scheduled: Vec<&run::Model> = limited.iter().filter(|r| r.trigger == "schedule").collect();
+    assert_eq!(scheduled.len(), 2, "{limited:#?}");
+    assert!(
+        scheduled.iter().all(|r| r.status == "success"),
+        "{limited:#?}"
+    );
+    assert_eq!(
+        limited.iter().filter(|r| r.trigger == "manual").count(),
+        1,
+        "{limited:#?}"
+    );
+    let job = store.jobs().get(ids[0]).await.expect("read").expect("job");
+    assert!(!job.enabled);
+    assert_eq!(job.scheduled_successes, 2);
+    assert_eq!(job.updated_by, texts::SYSTEM_ACTOR);
+    let audits = store
+        .audit()
+        .list(&Default::default(), 10, None)
+        .await
+        .expect("audit")
+        .0;
+    assert_eq!(audits.len(), 1, "{audits:#?}");
+    assert_eq!(audits[0].action, "job.disable");
+    assert_eq!(audits[0].actor, "system");
+    assert!(audits[0].summary.contains("2 次"), "{audits:#?}");
+}
+
+/// `jitterMs`: each fire starts at its nominal time plus the delay the
+/// schedule derives from the job and the time; `scheduledAt` stays the
+/// nominal time.
+#[tokio::test(start_paused = true)]
+async fn a_jittered_fire_starts_after_its_nominal_time_by_its_own_delay() {
+    let mut jittered = job("jittered", "test.stubborn", "* * * * * *");
+    jittered.time_rules.jitter_ms = 900;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[jittered],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "success").count() >= 6
+        })
+        .await;
+    h.shut_down().await;
+    let schedule = qiwu_domain::Schedule::new(
+        qiwu_domain::CronExpr::parse("* * * * * *").expect("cron"),
+        chrono_tz::UTC,
+    )
+    .with_jitter_ms(900)
+    .expect("jitter");
+    let mut delays = Vec::new();
+    for run in runs.iter().filter(|r| r.trigger == "schedule") {
+        assert_eq!(run.scheduled_at % 1000, 0, "nominal: {run:?}");
+        let nominal = DateTime::from_timestamp_millis(run.scheduled_at).expect("time");
+        let delay = schedule.jitter_delay_ms(ids[0], nominal);
+        let waited = run.started_at - run.scheduled_at;
+        // Started at its start time, to the test's step.
+        assert!(
+            (delay..=delay + 2 * STEP.as_millis() as i64).contains(&waited),
+            "delay {delay} ms, started {waited} ms late: {run:?}"
+        );
+        delays.push(delay);
+    }
+    assert!(delays.len() >= 5, "{runs:#?}");
+    assert!(
+        delays.iter().any(|d| *d != delays[0]),
+        "each time its own delay: {delays:?}"
+    );
 }

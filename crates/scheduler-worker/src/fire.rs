@@ -39,7 +39,11 @@ pub(crate) struct Fire {
     pub job: JobRecord,
     pub fire_id: i64,
     pub trigger: Trigger,
+    /// The nominal time (`scheduledAt`).
     pub scheduled_at: DateTime<Utc>,
+    /// When it was to start: the nominal time plus the job's jitter for a
+    /// timer fire; the lag is measured from here.
+    pub due: DateTime<Utc>,
     /// The run row of the current attempt.
     pub run_id: i64,
     pub attempt: u32,
@@ -180,7 +184,7 @@ impl Fire {
         if let Err((status, output, error)) = self.take_lock().await {
             return self.end_at_once(status, output, error).await;
         }
-        crate::observe::fire_started(self.trigger, self.scheduled_at, self.shared.clock.now());
+        crate::observe::fire_started(self.trigger, self.due, self.shared.clock.now());
         loop {
             let attempts_left = self.attempt < self.attempts();
             let span = crate::observe::attempt_span(
@@ -204,7 +208,11 @@ impl Fire {
             crate::observe::attempt_decided(&span, &self.job.handler, &decision, seconds);
             let retry = decision.retry;
             let (status, error) = (decision.status, decision.error.clone());
+            let succeeded = status == RunStatus::Success;
             self.record(&attempt, decision).await;
+            if succeeded {
+                self.count_towards_limit().await;
+            }
             drop(running);
             if !retry {
                 self.alert_end(final_end(&attempt.outcome, status), status, &error);
@@ -231,6 +239,37 @@ impl Fire {
                 || !self.next_attempt(&mut stop).await
             {
                 return;
+            }
+        }
+    }
+
+    /// `maxRuns`: a successful scheduled fire (a timer fire or a catch-up
+    /// run, not a run-once request) counts, and the one reaching the limit
+    /// disables the job, audited as the system. The next claim of the job
+    /// then finds it disabled (`Stale`), so every instance disarms it.
+    async fn count_towards_limit(&self) {
+        if self.job.time_rules.max_runs.is_none() || self.trigger == Trigger::Manual {
+            return;
+        }
+        let summary = texts::limit_reached(&self.job.name, self.job.time_rules.max_runs);
+        match self
+            .shared
+            .store
+            .jobs()
+            .count_scheduled_success(
+                self.job.id,
+                texts::SYSTEM_ACTOR,
+                &summary,
+                self.shared.clock.now(),
+            )
+            .await
+        {
+            Ok(Some(job)) => {
+                tracing::info!(job = job.id, max_runs = ?job.time_rules.max_runs, "the job reached its maxRuns and disabled itself")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(job = self.job.id, error = %e, "counting a success towards maxRuns failed; this success is not counted")
             }
         }
     }

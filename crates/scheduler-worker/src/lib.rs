@@ -15,6 +15,7 @@ pub mod handlers;
 mod lease;
 mod observe;
 mod recorder;
+mod schedules;
 pub mod seed;
 #[cfg(test)]
 mod test_support;

@@ -111,9 +111,10 @@ pub(crate) async fn fire_span(fire: &Fire) -> tracing::Span {
     span
 }
 
-/// The first attempt starts now: the fire's lag.
-pub(crate) fn fire_started(trigger: Trigger, scheduled_at: DateTime<Utc>, now: DateTime<Utc>) {
-    let lag = (now - scheduled_at).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+/// The first attempt starts now: the fire's lag, measured from `due`, the
+/// time it was to start (a jittered fire's delay is not lag).
+pub(crate) fn fire_started(trigger: Trigger, due: DateTime<Utc>, now: DateTime<Utc>) {
+    let lag = (now - due).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
     if trigger != Trigger::Misfire {
         metrics().fire_lag(trigger.as_str(), lag);
     }

@@ -71,6 +71,7 @@ async fn create(
 ) -> Result<Option<String>, WorkerError> {
     let key = job.key();
     let mut spec = NewJob {
+        time_rules: Default::default(),
         name: job.name_zh.to_owned(),
         group: job.group.to_owned(),
         handler: job.handler.to_owned(),
@@ -206,6 +207,7 @@ mod tests {
         let jobs = all_jobs(&store).await;
         store.jobs().delete(jobs[0].id).await.unwrap();
         let edited = NewJob {
+            time_rules: Default::default(),
             name: jobs[1].name.clone(),
             group: jobs[1].group.clone(),
             handler: jobs[1].handler.clone(),
@@ -248,6 +250,7 @@ mod tests {
         // A user's job already holds the built-in's name (and the next one).
         for name in ["示例：回显消息", "示例：回显消息 (2)"] {
             let job = NewJob {
+                time_rules: Default::default(),
                 name: name.into(),
                 group: "default".into(),
                 handler: "demo.echo".into(),

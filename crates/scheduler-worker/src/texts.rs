@@ -43,3 +43,12 @@ pub(crate) fn params_invalid(list: &str) -> String {
         "参数不再符合处理器的规则，请修改任务：{list}\nParams no longer match the handler's schema; edit the job: {list}"
     )
 }
+
+/// Who the audit log names for what the engine itself decides.
+pub const SYSTEM_ACTOR: &str = "system";
+
+/// The audit summary of a job that disabled itself at its `maxRuns`.
+pub fn limit_reached(job_name: &str, max_runs: Option<i64>) -> String {
+    let max = max_runs.unwrap_or_default();
+    format!("任务「{job_name}」已成功执行 {max} 次，达到最大执行次数，自动停用")
+}

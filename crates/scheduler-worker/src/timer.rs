@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
-use qiwu_domain::CronExpr;
+use qiwu_domain::Schedule;
 
 /// What the queue (and the claim) needs to know about an armed job: a
 /// compact entry, not the whole record.
@@ -23,8 +22,9 @@ pub struct Armed {
     pub job_id: i64,
     /// The schedule the timer was armed from; the claim re-checks it.
     pub schedule_from: DateTime<Utc>,
-    pub cron: Arc<CronExpr>,
-    pub tz: Tz,
+    /// The cron in the job's zone with its calendar and active window:
+    /// every fire time, and each one's predecessor, comes from here.
+    pub schedule: Arc<Schedule>,
     pub allow_concurrent: bool,
     /// How long after each fire time this instance claims it (0 for the
     /// job's primary owner, later for its backup).
@@ -39,6 +39,15 @@ pub struct Due {
     pub at: DateTime<Utc>,
 }
 
+impl Armed {
+    /// When the fire at nominal time `at` starts: `at` plus the job's
+    /// jitter delay, which every worker derives alike from the job id and
+    /// `at` (no jitter: `at`).
+    pub fn start_at(&self, at: DateTime<Utc>) -> DateTime<Utc> {
+        self.schedule.start_at(self.job_id, at)
+    }
+}
+
 /// A heap entry: (wake-up time, job, generation, nominal fire time).
 type Entry = Reverse<(DateTime<Utc>, i64, u64, DateTime<Utc>)>;
 
@@ -50,9 +59,10 @@ pub struct Timers {
     next_generation: u64,
 }
 
-/// The instant a fire time wakes this instance up.
+/// The instant a fire time wakes this instance up: its start (the nominal
+/// time plus the job's jitter), plus this instance's backup delay.
 fn wake_at(armed: &Armed, at: DateTime<Utc>) -> DateTime<Utc> {
-    at + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
+    armed.start_at(at) + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
 }
 
 impl Timers {
@@ -64,7 +74,7 @@ impl Timers {
     pub fn arm(&mut self, job: Armed, after: DateTime<Utc>) {
         self.next_generation += 1;
         let generation = self.next_generation;
-        let next = job.cron.next_after(after, job.tz);
+        let next = job.schedule.next_after(after);
         if let Some(at) = next {
             self.heap
                 .push(Reverse((wake_at(&job, at), job.job_id, generation, at)));
@@ -161,16 +171,59 @@ impl Timers {
 mod tests {
     use super::*;
     use crate::clock::{Clock, TokioClock, sleep_for};
+    use qiwu_domain::CronExpr;
+    use qiwu_domain::calendar::{CalendarRule, builtin};
 
     fn armed(job_id: i64, cron: &str) -> Armed {
         Armed {
             job_id,
             schedule_from: t("2026-11-29T00:00:00Z"),
-            cron: Arc::new(CronExpr::parse(cron).expect("cron")),
-            tz: chrono_tz::UTC,
+            schedule: Arc::new(Schedule::new(
+                CronExpr::parse(cron).expect("cron"),
+                chrono_tz::UTC,
+            )),
             allow_concurrent: false,
             delay: Duration::ZERO,
         }
+    }
+
+    /// A working-days job sleeps over the Spring Festival 2026: from
+    /// Friday 13 February it wakes on the make-up Saturday 14 February,
+    /// then not before Tuesday 24 February.
+    #[test]
+    fn a_calendar_decides_the_days_the_timer_wakes_on() {
+        let tz: chrono_tz::Tz = "Asia/Shanghai".parse().expect("tz");
+        let schedule = Schedule::new(CronExpr::parse("0 0 9 * * *").expect("cron"), tz)
+            .with_calendar(builtin::cn_workdays().clone(), CalendarRule::Workdays)
+            .expect("schedule");
+        let mut timers = Timers::new();
+        timers.arm(
+            Armed {
+                schedule: Arc::new(schedule),
+                ..armed(1, "* * * * * *")
+            },
+            t("2026-02-13T02:00:00Z"),
+        );
+        let mut woke = Vec::new();
+        while let Some(wake) = timers.next_wake() {
+            if wake > t("2026-03-03T00:00:00Z") {
+                break;
+            }
+            woke.extend(timers.pop_due(wake).into_iter().map(|d| d.at));
+        }
+        let want: Vec<DateTime<Utc>> = [
+            "2026-02-14T01:00:00Z",
+            "2026-02-24T01:00:00Z",
+            "2026-02-25T01:00:00Z",
+            "2026-02-26T01:00:00Z",
+            "2026-02-27T01:00:00Z",
+            "2026-02-28T01:00:00Z",
+            "2026-03-02T01:00:00Z",
+        ]
+        .into_iter()
+        .map(t)
+        .collect();
+        assert_eq!(woke, want);
     }
 
     fn t(s: &str) -> DateTime<Utc> {

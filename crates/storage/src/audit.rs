@@ -212,6 +212,19 @@ impl AuditRepo<'_> {
 }
 
 /// The row for an entry, cut to the columns' limits.
+/// Appends an entry inside a caller's transaction (a change the system
+/// makes and audits at once).
+pub(crate) async fn insert(
+    conn: &impl sea_orm::ConnectionTrait,
+    entry: &NewAudit,
+    now: DateTime<Utc>,
+) -> Result<(), StorageError> {
+    audit_log::Entity::insert(row(entry, now))
+        .exec_without_returning(conn)
+        .await?;
+    Ok(())
+}
+
 fn row(entry: &NewAudit, now: DateTime<Utc>) -> audit_log::ActiveModel {
     audit_log::ActiveModel {
         id: NotSet,

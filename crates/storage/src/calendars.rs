@@ -14,7 +14,7 @@ use sea_orm::{
     QueryOrder, QuerySelect,
 };
 
-use crate::entity::{calendar, calendar_date};
+use crate::entity::{calendar, calendar_date, job};
 use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
 use crate::{StorageError, Store};
@@ -320,15 +320,22 @@ impl CalendarRepo<'_> {
 
     /// Replaces a calendar's name, description, years and dates when its
     /// version is still `expected_version`, and bumps the version. Returns
-    /// the calendar before and after (callers audit both). `NotFound` when
-    /// missing, `StaleVersion` when changed meanwhile.
+    /// the calendar before and after (callers audit both) and the ids of
+    /// the jobs naming it. `NotFound` when missing, `StaleVersion` when
+    /// changed meanwhile.
+    ///
+    /// Those jobs start a new schedule in the same transaction (their
+    /// `schedule_from` and `updated_at` move to now, their version and
+    /// fields stay): the dates decide their fire times, so timers armed
+    /// from the old dates claim nothing and the ledger's chain restarts
+    /// from the edit, as after an edit of the job.
     pub async fn update(
         &self,
         expected_version: i64,
         spec: &UserCalendarSpec,
         actor: &str,
         now: DateTime<Utc>,
-    ) -> Result<(CalendarRecord, CalendarRecord), StorageError> {
+    ) -> Result<(CalendarRecord, CalendarRecord, Vec<i64>), StorageError> {
         let txn = self.store.begin_write().await?;
         // Locked until commit, so the dates read and replaced below belong
         // to the version checked here.
@@ -368,20 +375,26 @@ impl CalendarRepo<'_> {
             .exec(&txn)
             .await?;
         insert_dates(&txn, spec).await?;
+        let jobs = restart_schedules(&txn, &spec.code, to_millis(now)).await?;
         let after = find(&txn, &spec.code)
             .await?
             .ok_or(StorageError::NotFound)?;
         txn.commit().await?;
-        Ok((before, after))
+        Ok((before, after, jobs))
     }
 
     /// Deletes a calendar and its dates; returns what was deleted (callers
-    /// audit it), or `None` when missing.
+    /// audit it), or `None` when missing. `InUse` with the jobs' ids when
+    /// jobs name it (checked under the calendar's lock).
     pub async fn delete(&self, code: &str) -> Result<Option<CalendarRecord>, StorageError> {
         let txn = self.store.begin_write().await?;
         let Some(existing) = locked(&txn, code).await? else {
             return Ok(None);
         };
+        let users = jobs_naming(&txn, code).await?;
+        if !users.is_empty() {
+            return Err(StorageError::InUse(users));
+        }
         calendar_date::Entity::delete_many()
             .filter(calendar_date::Column::CalendarCode.eq(code))
             .exec(&txn)
@@ -392,4 +405,43 @@ impl CalendarRepo<'_> {
         txn.commit().await?;
         Ok(Some(existing))
     }
+}
+
+/// The ids of the jobs naming calendar `code`, by id.
+async fn jobs_naming(conn: &impl ConnectionTrait, code: &str) -> Result<Vec<i64>, StorageError> {
+    Ok(job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        .filter(job::Column::CalendarCode.eq(code))
+        .order_by_asc(job::Column::Id)
+        .into_tuple()
+        .all(conn)
+        .await?)
+}
+
+/// Starts a new schedule for every job naming calendar `code`: its
+/// `schedule_from` moves to `now` (always forward) and `updated_at` to
+/// `now`, so reconciliation re-reads it. Returns their ids.
+async fn restart_schedules(
+    conn: &impl ConnectionTrait,
+    code: &str,
+    now: i64,
+) -> Result<Vec<i64>, StorageError> {
+    let ids = jobs_naming(conn, code).await?;
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    // `GREATEST(schedule_from + 1, now)`, written portably.
+    let starts = Expr::case(
+        Expr::col(job::Column::ScheduleFrom).gte(now),
+        Expr::col(job::Column::ScheduleFrom).add(1),
+    )
+    .finally(Expr::val(now));
+    job::Entity::update_many()
+        .col_expr(job::Column::ScheduleFrom, starts.into())
+        .col_expr(job::Column::UpdatedAt, Expr::val(now))
+        .filter(job::Column::CalendarCode.eq(code))
+        .exec(conn)
+        .await?;
+    Ok(ids)
 }

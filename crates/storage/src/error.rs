@@ -16,6 +16,10 @@ pub enum StorageError {
     NameTaken,
     #[error("already exists")]
     AlreadyExists,
+    /// A row others refer to: the ids of those that do (the jobs naming
+    /// a calendar).
+    #[error("in use by {0:?}")]
+    InUse(Vec<i64>),
     #[error("corrupt row: {0}")]
     Corrupt(String),
     #[error("cannot open database: {0}")]

@@ -1,6 +1,8 @@
 //! Jobs: records, filters and the [`JobRepo`] repository.
 
 use chrono::{DateTime, Utc};
+use qiwu_domain::TimeRules;
+use qiwu_domain::calendar::CalendarRule;
 use sea_orm::sea_query::{BinOper, Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ActiveValue::Set, ColumnTrait, Condition,
@@ -37,6 +39,9 @@ pub struct NewJob {
     pub allow_concurrent: bool,
     pub misfire_policy: String,
     pub remark: String,
+    /// Calendar, active window, jitter, catch-up window and run limit
+    /// (issue 11); the default is none of them.
+    pub time_rules: TimeRules,
     /// Only used by create; update never changes it.
     pub builtin_key: Option<String>,
     /// The alert policy (issue 10).
@@ -60,8 +65,12 @@ pub struct JobRecord {
     pub allow_concurrent: bool,
     pub misfire_policy: String,
     pub remark: String,
+    pub time_rules: TimeRules,
+    /// Successful scheduled fires so far, counted towards `maxRuns`.
+    pub scheduled_successes: i64,
     pub version: i64,
-    /// When the current schedule (cron, zone, enabled) took effect: timers
+    /// When the current schedule (cron, zone, enabled, time rules, or the
+    /// calendar's dates) took effect: timers
     /// armed from another schedule claim nothing, and no fire time at or
     /// before it is ever claimed.
     pub schedule_from: DateTime<Utc>,
@@ -82,7 +91,21 @@ impl TryFrom<job::Model> for JobRecord {
         let params = serde_json::from_str(&m.params).map_err(|e| {
             StorageError::Corrupt(format!("job {}: params are not valid JSON: {e}", m.id))
         })?;
+        let time_rules = time_rules_of(
+            m.id,
+            StoredRules {
+                calendar: m.calendar_code,
+                rule: m.calendar_rule,
+                active_from: m.active_from,
+                active_until: m.active_until,
+                jitter_ms: m.jitter_ms,
+                misfire_grace_ms: m.misfire_grace_ms,
+                max_runs: m.max_runs,
+            },
+        )?;
         Ok(JobRecord {
+            time_rules,
+            scheduled_successes: m.scheduled_successes,
             id: m.id,
             name: m.name,
             group: m.group_code,
@@ -140,19 +163,80 @@ pub struct JobSchedule {
     pub timezone: Option<String>,
     pub schedule_from: DateTime<Utc>,
     pub allow_concurrent: bool,
+    /// What the schedule needs of the time rules (calendar, window,
+    /// jitter); the others are read with the job at a claim.
+    pub time_rules: TimeRules,
 }
 
-type ScheduleRow = (i64, bool, String, Option<String>, i64, bool);
+/// The time-rule columns as stored.
+struct StoredRules {
+    calendar: Option<String>,
+    rule: Option<String>,
+    active_from: Option<i64>,
+    active_until: Option<i64>,
+    jitter_ms: i64,
+    misfire_grace_ms: i64,
+    max_runs: Option<i64>,
+}
+
+/// Reads the stored time rules; `Corrupt` for a rule or time no release
+/// writes.
+fn time_rules_of(id: i64, r: StoredRules) -> Result<TimeRules, StorageError> {
+    let calendar_rule = match r.rule {
+        None => None,
+        Some(text) => Some(CalendarRule::parse(&text).ok_or_else(|| {
+            StorageError::Corrupt(format!("job {id}: unknown calendar rule {text:?}"))
+        })?),
+    };
+    Ok(TimeRules {
+        calendar: r.calendar,
+        calendar_rule,
+        misfire_grace_ms: r.misfire_grace_ms,
+        active_from: r.active_from.map(from_millis).transpose()?,
+        active_until: r.active_until.map(from_millis).transpose()?,
+        max_runs: r.max_runs,
+        jitter_ms: r.jitter_ms,
+    })
+}
+
+#[derive(sea_orm::FromQueryResult)]
+struct ScheduleRow {
+    id: i64,
+    enabled: bool,
+    cron: String,
+    timezone: Option<String>,
+    schedule_from: i64,
+    allow_concurrent: bool,
+    calendar_code: Option<String>,
+    calendar_rule: Option<String>,
+    active_from: Option<i64>,
+    active_until: Option<i64>,
+    jitter_ms: i64,
+    misfire_grace_ms: i64,
+    max_runs: Option<i64>,
+}
 
 fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
-    let (id, enabled, cron, timezone, schedule_from, allow_concurrent) = row;
+    let time_rules = time_rules_of(
+        row.id,
+        StoredRules {
+            calendar: row.calendar_code,
+            rule: row.calendar_rule,
+            active_from: row.active_from,
+            active_until: row.active_until,
+            jitter_ms: row.jitter_ms,
+            misfire_grace_ms: row.misfire_grace_ms,
+            max_runs: row.max_runs,
+        },
+    )?;
     Ok(JobSchedule {
-        id,
-        enabled,
-        cron,
-        timezone,
-        schedule_from: from_millis(schedule_from)?,
-        allow_concurrent,
+        id: row.id,
+        enabled: row.enabled,
+        cron: row.cron,
+        timezone: row.timezone,
+        schedule_from: from_millis(row.schedule_from)?,
+        allow_concurrent: row.allow_concurrent,
+        time_rules,
     })
 }
 
@@ -165,6 +249,13 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
         .column(Column::Timezone)
         .column(Column::ScheduleFrom)
         .column(Column::AllowConcurrent)
+        .column(Column::CalendarCode)
+        .column(Column::CalendarRule)
+        .column(Column::ActiveFrom)
+        .column(Column::ActiveUntil)
+        .column(Column::JitterMs)
+        .column(Column::MisfireGraceMs)
+        .column(Column::MaxRuns)
 }
 
 /// Filters of the job list; `None` means "any".
@@ -243,7 +334,7 @@ impl JobRepo<'_> {
             .filter(Column::Enabled.eq(true))
             .order_by_asc(Column::Id)
             .limit(limit)
-            .into_tuple()
+            .into_model()
             .all(self.store.connection())
             .await?;
         rows.into_iter().map(schedule_of).collect()
@@ -258,7 +349,7 @@ impl JobRepo<'_> {
         let rows: Vec<ScheduleRow> = schedule_query()
             .filter(Column::UpdatedAt.gte(to_millis(since)))
             .order_by_asc(Column::Id)
-            .into_tuple()
+            .into_model()
             .all(self.store.connection())
             .await?;
         rows.into_iter().map(schedule_of).collect()
@@ -268,7 +359,7 @@ impl JobRepo<'_> {
     pub async fn schedule(&self, id: i64) -> Result<Option<JobSchedule>, StorageError> {
         let row: Option<ScheduleRow> = schedule_query()
             .filter(Column::Id.eq(id))
-            .into_tuple()
+            .into_model()
             .one(self.store.connection())
             .await?;
         row.map(schedule_of).transpose()
@@ -288,6 +379,7 @@ impl JobRepo<'_> {
             id: NotSet,
             version: Set(1),
             schedule_from: Set(now),
+            scheduled_successes: Set(0),
             builtin_key: Set(job.builtin_key.clone()),
             created_at: Set(now),
             created_by: Set(actor.to_owned()),
@@ -325,8 +417,9 @@ impl JobRepo<'_> {
     ) -> Result<JobRecord, StorageError> {
         let txn = self.store.begin_write().await?;
         let now = to_millis(now);
-        // A new schedule starts when cron, zone or enabled change; other
-        // edits leave armed timers valid.
+        // A new schedule starts when cron, zone, enabled, the calendar, the
+        // active window or the jitter change; other edits leave armed
+        // timers valid.
         // A locking read: concurrent edits queue here, and the version
         // compared is the latest committed one.
         let current = job::Entity::find_by_id(id)
@@ -339,16 +432,29 @@ impl JobRepo<'_> {
                 current: current.version,
             });
         }
+        let rules = &job.time_rules;
         let schedule_from = if current.cron != job.cron
             || current.timezone != job.timezone
             || current.enabled != job.enabled
+            || current.calendar_code != rules.calendar
+            || current.calendar_rule.as_deref() != rules.calendar_rule.map(CalendarRule::as_str)
+            || current.active_from != rules.active_from.map(to_millis)
+            || current.active_until != rules.active_until.map(to_millis)
+            || current.jitter_ms != rules.jitter_ms
         {
             next_schedule_from(current.schedule_from, now)
         } else {
             current.schedule_from
         };
+        // A new limit counts from zero.
+        let successes = if current.max_runs != rules.max_runs {
+            Expr::val(0_i64)
+        } else {
+            Expr::col(Column::ScheduledSuccesses)
+        };
         let changed = job::Entity::update_many()
             .set(editable_fields(job, actor, now))
+            .col_expr(Column::ScheduledSuccesses, successes)
             .col_expr(Column::ScheduleFrom, Expr::val(schedule_from))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
             .filter(Column::Id.eq(id))
@@ -439,6 +545,70 @@ impl JobRepo<'_> {
         Ok(updated)
     }
 
+    /// Counts one more successful scheduled fire of a job with a `maxRuns`
+    /// limit and, when that reaches the limit, disables the job as
+    /// `actor` (the system) in the same transaction, with its audit entry
+    /// (`job.disable`). Returns the job disabled now, if it was; `None`
+    /// also when the job is gone.
+    pub async fn count_scheduled_success(
+        &self,
+        id: i64,
+        actor: &str,
+        summary: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StorageError> {
+        let txn = self.store.begin_write().await?;
+        let now_ms = to_millis(now);
+        job::Entity::update_many()
+            .col_expr(
+                Column::ScheduledSuccesses,
+                Expr::col(Column::ScheduledSuccesses).add(1),
+            )
+            .filter(Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        let Some(row) = job::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let reached = row
+            .max_runs
+            .is_some_and(|max| row.scheduled_successes >= max);
+        if !reached || !row.enabled {
+            txn.commit().await?;
+            return Ok(None);
+        }
+        let before = JobRecord::try_from(row.clone())?;
+        job::Entity::update_many()
+            .col_expr(Column::Enabled, Expr::val(false))
+            .col_expr(
+                Column::ScheduleFrom,
+                Expr::val(next_schedule_from(row.schedule_from, now_ms)),
+            )
+            .col_expr(Column::UpdatedAt, Expr::val(now_ms))
+            .col_expr(Column::UpdatedBy, Expr::val(actor))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        let after = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        let entry = crate::NewAudit {
+            actor: actor.to_owned(),
+            action: "job.disable".to_owned(),
+            target_type: "job".to_owned(),
+            target_id: Some(id.to_string()),
+            summary: summary.to_owned(),
+            before: Some(limit_json(&before)),
+            after: Some(limit_json(&after)),
+        };
+        crate::audit::insert(&txn, &entry, now).await?;
+        txn.commit().await?;
+        Ok(Some(after))
+    }
+
     /// Returns the deleted record (callers audit it), or `None` when missing.
     pub async fn delete(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {
         Ok(self.delete_many(&[id]).await?.pop())
@@ -506,6 +676,18 @@ async fn find<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<JobRecord>, 
         .transpose()
 }
 
+/// What the audit entry of a job disabled by its limit keeps.
+fn limit_json(job: &JobRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": job.id,
+        "name": job.name,
+        "enabled": job.enabled,
+        "maxRuns": job.time_rules.max_runs,
+        "scheduledSuccesses": job.scheduled_successes,
+        "version": job.version,
+    })
+}
+
 /// The start of a new schedule: now, but always after the previous one, so
 /// a timer armed from the old schedule can never match it.
 fn next_schedule_from(previous: i64, now: i64) -> i64 {
@@ -529,6 +711,14 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         allow_concurrent: Set(job.allow_concurrent),
         misfire_policy: Set(job.misfire_policy.clone()),
         remark: Set(job.remark.clone()),
+        calendar_code: Set(job.time_rules.calendar.clone()),
+        calendar_rule: Set(job.time_rules.calendar_rule.map(|r| r.as_str().to_owned())),
+        active_from: Set(job.time_rules.active_from.map(to_millis)),
+        active_until: Set(job.time_rules.active_until.map(to_millis)),
+        jitter_ms: Set(job.time_rules.jitter_ms),
+        misfire_grace_ms: Set(job.time_rules.misfire_grace_ms),
+        max_runs: Set(job.time_rules.max_runs),
+        scheduled_successes: NotSet,
         version: NotSet,
         schedule_from: NotSet,
         builtin_key: NotSet,

@@ -295,7 +295,7 @@ pub async fn create_calendar(
 #[utoipa::path(
     tag = "calendars",
     summary = "Replace a calendar",
-    description = "The body is a whole calendar, as for `POST`, without `code` but with the `version` it was based on (409 when stale). Absent optional fields become empty. Built-in calendars are read-only (409). Audited as `calendar.modify`.",
+    description = "The body is a whole calendar, as for `POST`, without `code` but with the `version` it was based on (409 when stale). Absent optional fields become empty. Built-in calendars are read-only (409). The jobs naming the calendar follow the new dates at once (their next fire times are computed again; times before the edit are not revisited). Audited as `calendar.modify`.",
     security(("bearer" = [])),
     params(("code" = String, Path, description = "Calendar code, such as cn-workdays: 1–64 lower-case letters, digits, `_` or `-`; another names no calendar (404)", pattern = r"^[a-z0-9_-]{1,64}$", max_length = 64)),
     request_body(
@@ -348,7 +348,7 @@ pub async fn update_calendar(
             return Err(ApiError::validation(lang, errors));
         }
     };
-    let (before, after) = state
+    let (before, after, jobs) = state
         .store
         .calendars()
         .update(version, &spec, &who.actor(), Utc::now())
@@ -357,6 +357,10 @@ pub async fn update_calendar(
             StorageError::NotFound => not_found(lang, &code),
             other => ApiError::storage(lang, other),
         })?;
+    // The jobs naming it start a new schedule with the new dates.
+    for id in jobs {
+        state.changes.job_changed(id);
+    }
     let (before, after) = (CalendarDto::user(before), CalendarDto::user(after));
     audit::record(
         &state,
@@ -377,7 +381,7 @@ pub async fn update_calendar(
 #[utoipa::path(
     tag = "calendars",
     summary = "Delete a calendar",
-    description = "Built-in calendars are read-only (409). Audited as `calendar.delete`.",
+    description = "Built-in calendars are read-only (409), and so is a calendar jobs name (409 listing their ids: change those jobs first). Audited as `calendar.delete`.",
     security(("bearer" = [])),
     params(("code" = String, Path, description = "Calendar code, such as cn-workdays: 1–64 lower-case letters, digits, `_` or `-`; another names no calendar (404)", pattern = r"^[a-z0-9_-]{1,64}$", max_length = 64)),
     responses(
@@ -385,7 +389,7 @@ pub async fn update_calendar(
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Built in", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Built in, or named by jobs (the message lists their ids)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[delete("/api/calendars/{code}")]
@@ -403,15 +407,17 @@ pub async fn delete_calendar(
     if !user::valid_code(&code) {
         return Err(not_found(lang, &code));
     }
-    // Jobs do not name calendars yet (the engine integration of issue 11
-    // adds the column); once they do, a calendar a job uses must be refused
-    // here with 409, as a job group still in use is.
+    // A calendar a job names is refused, as a job group still in use is:
+    // the job would otherwise stop firing without anyone deciding it.
     let deleted = state
         .store
         .calendars()
         .delete(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(|e| match e {
+            StorageError::InUse(jobs) => in_use(lang, &code, &jobs),
+            other => ApiError::storage(lang, other),
+        })?
         .ok_or_else(|| not_found(lang, &code))?;
     let dto = CalendarDto::user(deleted);
     audit::record(
@@ -427,4 +433,24 @@ pub async fn delete_calendar(
     .await;
     tracing::info!(calendar = %code, actor = %who.sub, "calendar deleted");
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// 409: jobs still name the calendar.
+fn in_use(lang: Lang, code: &str, jobs: &[i64]) -> ApiError {
+    const SHOWN: usize = 20;
+    let mut ids: Vec<String> = jobs.iter().take(SHOWN).map(i64::to_string).collect();
+    if jobs.len() > SHOWN {
+        ids.push("…".into());
+    }
+    let ids = ids.join(", ");
+    let n = jobs.len();
+    ApiError::new(
+        lang,
+        ErrorKind::Conflict(Text::new(
+            format!(
+                "还有 {n} 个任务使用日历 {code}（任务 {ids}）：请先让这些任务改用其他日历或不用日历"
+            ),
+            format!("{n} jobs still use calendar {code} (jobs {ids}): change their calendar first"),
+        )),
+    )
 }

@@ -6,18 +6,20 @@ use chrono::Utc;
 use chrono_tz::Tz;
 use qiwu_domain::alert::{self, AlertPolicy};
 use qiwu_domain::job::{self, JobSpec};
-use qiwu_domain::{CronExpr, Lang, builtin};
+use qiwu_domain::{CronExpr, Lang, Schedule, TimeRules, builtin};
 use qiwu_storage::{JobFilter, JobRecord, NewJob, StorageError};
 use serde_json::{Map, Value, json};
 
 use crate::audit::{self, Action, Target, job_json};
 use crate::auth::{Permission, Principal};
+use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
-    EnabledWrite, IdList, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate,
-    RecentRunDto, in_zone,
+    EnabledWrite, IdList, JobChangePreview, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery,
+    JobUpdate, RecentRunDto, in_zone,
 };
-use crate::error::{ApiError, Problem, ProblemFieldText};
+use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
+use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
 
 /// Runs shown in a job's detail.
@@ -79,13 +81,32 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
     }
 }
 
-/// Validates a merged job with its alert policy, turning every field error
+/// Validates a merged job with its time rules and alert policy, turning every field error
 /// into the response.
 async fn validate(
     state: &AppState,
     lang: Lang,
     input: &Map<String, Value>,
-) -> Result<(JobSpec, AlertPolicy), ApiError> {
+) -> Result<Checked, ApiError> {
+    check(state, lang, input).await?.map_err(|errors| {
+        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
+    })
+}
+
+/// A merged job, checked: its fields, time rules and alert policy.
+struct Checked {
+    spec: JobSpec,
+    rules: TimeRules,
+    alert: AlertPolicy,
+}
+
+/// Checks a merged job with its time rules and alert policy: the job, or
+/// every field error.
+async fn check(
+    state: &AppState,
+    lang: Lang,
+    input: &Map<String, Value>,
+) -> Result<Result<Checked, Vec<job::FieldError>>, ApiError> {
     let groups: Vec<String> = state
         .store
         .groups()
@@ -101,23 +122,23 @@ async fn validate(
         .ids()
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
-    let spec = job::validate(input, &state.catalog, &groups);
+    let calendars = calendar_codes(state, lang).await?;
+    let spec = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars);
     let policy = alert::read_policy(input, &channels);
-    match (spec, policy) {
-        (Ok(spec), Ok(policy)) => Ok((spec, policy)),
+    Ok(match (spec, policy) {
+        (Ok((spec, rules)), Ok(alert)) => Ok(Checked { spec, rules, alert }),
         (spec, policy) => {
             let mut errors = spec.err().unwrap_or_default();
             errors.extend(policy.err().unwrap_or_default());
-            Err(ApiError::validation(
-                lang,
-                errors.iter().map(ProblemFieldText::from).collect(),
-            ))
+            Err(errors)
         }
-    }
+    })
 }
 
-fn to_new_job((spec, alert): (JobSpec, AlertPolicy), builtin_key: Option<String>) -> NewJob {
+fn to_new_job(checked: Checked, builtin_key: Option<String>) -> NewJob {
+    let Checked { spec, rules, alert } = checked;
     NewJob {
+        time_rules: rules,
         name: spec.name,
         group: spec.group,
         handler: spec.handler,
@@ -138,7 +159,15 @@ fn to_new_job((spec, alert): (JobSpec, AlertPolicy), builtin_key: Option<String>
 
 /// A stored job as the writable JSON fields, the base an update merges over.
 fn writable(job: &JobRecord) -> Map<String, Value> {
+    let rules = &job.time_rules;
     let Value::Object(map) = json!({
+        "calendar": rules.calendar,
+        "calendarRule": rules.calendar_rule.map(|r| r.as_str()),
+        "activeFrom": rules.active_from.map(|t| t.to_rfc3339()),
+        "activeUntil": rules.active_until.map(|t| t.to_rfc3339()),
+        "misfireGraceMs": rules.misfire_grace_ms,
+        "maxRuns": rules.max_runs,
+        "jitterMs": rules.jitter_ms,
         "name": job.name,
         "group": job.group,
         "handler": job.handler,
@@ -188,14 +217,16 @@ pub async fn create_job(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskCreate])?;
     let lang = who.lang;
+    let body = body_object(lang, body.into_inner())?;
     let mut input = job::defaults();
     input.extend(alert::policy_defaults());
-    input.extend(body_object(lang, body.into_inner())?);
-    let spec = validate(&state, lang, &input).await?;
+    input.extend(job::time_rule_defaults());
+    input.extend(body);
+    let checked = validate(&state, lang, &input).await?;
     let created = state
         .store
         .jobs()
-        .create(&to_new_job(spec, None), &who.actor(), Utc::now())
+        .create(&to_new_job(checked, None), &who.actor(), Utc::now())
         .await
         .map_err(|e| ApiError::storage(lang, e))?;
     state.changes.job_changed(created.id);
@@ -234,6 +265,37 @@ fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
         .unwrap_or(state.timezone)
 }
 
+/// The job's schedule with its calendar, or why it has none (its user
+/// calendar is gone: the engine does not arm it).
+async fn job_schedule(
+    state: &AppState,
+    lang: Lang,
+    job: &JobRecord,
+    cron: CronExpr,
+    tz: Tz,
+) -> Result<Result<Schedule, String>, ApiError> {
+    let calendar = match job.time_rules.calendar.as_deref() {
+        None => None,
+        Some(code) => match find_calendar(state, lang, code).await? {
+            Some(calendar) => Some(calendar),
+            None => {
+                return Ok(Err(match lang {
+                    Lang::Zh => format!(
+                        "任务使用的日历 {code} 已不存在：在改用其他日历之前，任务不会触发。"
+                    ),
+                    Lang::En => format!(
+                        "The job's calendar {code} no longer exists: the job does not fire until it names another."
+                    ),
+                }));
+            }
+        },
+    };
+    Ok(job
+        .time_rules
+        .schedule(cron, tz, calendar)
+        .map_err(|e| e.to_string()))
+}
+
 /// A job with its cron description, next fire times and recent runs.
 #[utoipa::path(
     tag = "jobs",
@@ -257,21 +319,50 @@ pub async fn get_job(
     let lang = who.lang;
     let job = load(&state, lang, id.into_inner().0).await?;
     let tz = job_zone(&state, &job);
+    let now = Utc::now();
+    let mut notices: Vec<String> = Vec::new();
+    if let Some(max) = job.time_rules.max_runs
+        && !job.enabled
+        && job.scheduled_successes >= max
+    {
+        notices.push(match lang {
+            Lang::Zh => format!(
+                "任务已成功执行 {max} 次，达到最大执行次数，已自动停用；提高或清除 maxRuns 后可再启用。"
+            ),
+            Lang::En => format!(
+                "The job succeeded {max} times, reaching its maxRuns, and disabled itself; raise or clear maxRuns to enable it again."
+            ),
+        });
+    }
+    if !job.enabled {
+        notices.push(
+            lang.pick(
+                "任务已停用：以下为启用后的触发时间。",
+                "The job is disabled: these are the fire times once it is enabled.",
+            )
+            .to_string(),
+        );
+    }
     let (cron_description, next_fire_times) = match CronExpr::parse(&job.cron) {
-        Ok(cron) => (
-            cron.describe(lang),
-            in_zone(cron.upcoming(Utc::now(), tz, 5), tz),
-        ),
+        Ok(cron) => {
+            let description = cron.describe(lang);
+            match job_schedule(&state, lang, &job, cron, tz).await? {
+                Ok(schedule) => {
+                    if let Some(notice) = schedule.calendar_notice(now) {
+                        notices.push(notice.message(lang));
+                    }
+                    (description, in_zone(schedule.upcoming(now, 5), tz))
+                }
+                Err(why) => {
+                    notices.push(why);
+                    (description, vec![])
+                }
+            }
+        }
         // Only a row written outside the API can hold an invalid expression.
         Err(e) => (e.message(lang), vec![]),
     };
-    let notice = (!job.enabled).then(|| {
-        lang.pick(
-            "任务已停用：以下为启用后的触发时间。",
-            "The job is disabled: these are the fire times once it is enabled.",
-        )
-        .to_string()
-    });
+    let notice = (!notices.is_empty()).then(|| notices.join(" "));
     let recent_runs = if who.has(Permission::RunBrowse) {
         let runs = state
             .store
@@ -351,36 +442,15 @@ pub async fn update_job(
         }
     };
     let current = load(&state, lang, id).await?;
-    let mut input = writable(&current);
-    input.extend(body);
-    // The manual's rule for a new handler: params that are empty or still
-    // the old handler's defaults become the new handler's defaults.
-    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
-        && let Some(params) = job::params_for_new_handler(
-            input.get("params"),
-            &current.handler,
-            new_handler.trim(),
-            &state.catalog,
-        )
-    {
-        input.insert("params".into(), params);
-    }
-    // A built-in job echoed back under its translated name keeps its
-    // original name, so that it keeps following the reader's language.
-    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
-        && current.name == b.name_zh
-        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
-    {
-        input.insert("name".into(), json!(b.name_zh));
-    }
-    let spec = validate(&state, lang, &input).await?;
+    let input = merged(&state, &current, body);
+    let checked = validate(&state, lang, &input).await?;
     let updated = state
         .store
         .jobs()
         .update(
             id,
             version,
-            &to_new_job(spec, None),
+            &to_new_job(checked, None),
             &who.actor(),
             Utc::now(),
         )
@@ -403,6 +473,194 @@ pub async fn update_job(
     .await;
     tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
     Ok(HttpResponse::Ok().json(JobDto::new(updated, lang)))
+}
+
+/// An update's body merged over the stored job, as a `PUT` saves it.
+fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Map<String, Value> {
+    let mut input = writable(current);
+    input.extend(body);
+    // The manual's rule for a new handler: params that are empty or still
+    // the old handler's defaults become the new handler's defaults.
+    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
+        && let Some(params) = job::params_for_new_handler(
+            input.get("params"),
+            &current.handler,
+            new_handler.trim(),
+            &state.catalog,
+        )
+    {
+        input.insert("params".into(), params);
+    }
+    // A built-in job echoed back under its translated name keeps its
+    // original name, so that it keeps following the reader's language.
+    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
+        && current.name == b.name_zh
+        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
+    {
+        input.insert("name".into(), json!(b.name_zh));
+    }
+    input
+}
+
+/// What saving an edit would do, with nothing saved: the next fire times
+/// before and after, whether it starts a new schedule or a catch-up, the
+/// calendar's effect, and the validation errors a `PUT` would answer.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Preview an edit",
+    description = "The body is the one `PUT /api/jobs/{id}` would send (`version` may be left out here; a stale one is listed among `errors`). Nothing is saved or audited. A body that is not an object is a 400; every field problem is in `errors` of a 200.",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
+    request_body(
+        content = JobUpdate,
+        description = "The edit, as a `PUT` would send it",
+        example = json!({"version": 1, "cron": "0 0 10 * * *", "timezone": "Asia/Shanghai", "calendar": "cn-workdays", "calendarRule": "workdays"})
+    ),
+    responses(
+        (status = 200, description = "What saving would do; nothing was saved", body = JobChangePreview),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/jobs/{id}/preview-change")]
+pub async fn preview_change(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<Id>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskModify, Permission::TaskView])?;
+    let lang = who.lang;
+    let id = id.into_inner().0;
+    let body = body_object(lang, body.into_inner())?;
+    let current = load(&state, lang, id).await?;
+    let now = Utc::now();
+    let mut errors: Vec<ProblemField> = Vec::new();
+    match body.get("version") {
+        None => {}
+        Some(Value::Number(n)) if n.as_i64() == Some(current.version) => {}
+        Some(_) => errors.push(ProblemField {
+            field: "version".into(),
+            message: match lang {
+                Lang::Zh => format!("version 应为修改前读到的版本号：当前是 {}", current.version),
+                Lang::En => format!(
+                    "version must be the version the edit is based on: the current one is {}",
+                    current.version
+                ),
+            },
+        }),
+    }
+    let before = match CronExpr::parse(&current.cron) {
+        Ok(cron) => {
+            let tz = job_zone(&state, &current);
+            match job_schedule(&state, lang, &current, cron, tz).await? {
+                Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
+                Err(_) => vec![],
+            }
+        }
+        Err(_) => vec![],
+    };
+    let input = merged(&state, &current, body);
+    let checked = check(&state, lang, &input).await?;
+    let checked = match checked {
+        Ok(valid) => valid,
+        Err(field_errors) => {
+            errors.extend(field_errors.iter().map(|e| ProblemField {
+                field: e.field.clone(),
+                message: e.message(lang),
+            }));
+            return Ok(HttpResponse::Ok().json(JobChangePreview {
+                valid: false,
+                errors,
+                next_fire_times_before: before,
+                next_fire_times_after: vec![],
+                new_schedule: false,
+                catch_up_on_save: false,
+                catch_up_note: String::new(),
+                calendar_effect: None,
+                notice: None,
+            }));
+        }
+    };
+    let new = to_new_job(checked, None);
+    let new_schedule = starts_new_schedule(&current, &new);
+    let after_record = JobRecord {
+        cron: new.cron.clone(),
+        timezone: new.timezone.clone(),
+        enabled: new.enabled,
+        time_rules: new.time_rules.clone(),
+        ..current.clone()
+    };
+    let tz = job_zone(&state, &after_record);
+    let mut notices = Vec::new();
+    if !new.enabled {
+        notices.push(
+            lang.pick(
+                "保存后任务为停用状态：以下为启用后的触发时间。",
+                "The job is disabled once saved: these are the fire times once it is enabled.",
+            )
+            .to_string(),
+        );
+    }
+    let (after, calendar_effect) = match CronExpr::parse(&new.cron) {
+        Ok(cron) => match job_schedule(&state, lang, &after_record, cron, tz).await? {
+            Ok(schedule) => {
+                if let Some(notice) = schedule.calendar_notice(now) {
+                    notices.push(notice.message(lang));
+                }
+                let times = schedule.upcoming(now, 5);
+                let effect = times.last().and_then(|last| {
+                    schedule
+                        .calendar_effect(now, *last)
+                        .map(|effect| CalendarEffectDto::new(&effect, lang))
+                });
+                (in_zone(times, tz), effect)
+            }
+            Err(why) => {
+                notices.push(why);
+                (vec![], None)
+            }
+        },
+        Err(e) => return Err(ApiError::internal(lang, e)),
+    };
+    let catch_up_note = if new_schedule {
+        lang.pick(
+            "保存即开始新的触发计划：保存之前的触发时间不算错过，不会补跑。",
+            "Saving starts a new schedule from that moment: fire times before it are not missed and are not caught up.",
+        )
+    } else {
+        lang.pick(
+            "保存不改变触发计划：已有的触发记录和待补跑的时间保持不变。",
+            "Saving keeps the schedule: its records and any pending catch-up stay as they are.",
+        )
+    }
+    .to_string();
+    Ok(HttpResponse::Ok().json(JobChangePreview {
+        valid: errors.is_empty(),
+        errors,
+        next_fire_times_before: before,
+        next_fire_times_after: after,
+        new_schedule,
+        catch_up_on_save: false,
+        catch_up_note,
+        calendar_effect,
+        notice: (!notices.is_empty()).then(|| notices.join(" ")),
+    }))
+}
+
+/// True when saving `new` over `current` starts a new schedule, as
+/// storage decides it (`JobRepo::update` moves `schedule_from`).
+fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
+    current.cron != new.cron
+        || current.timezone != new.timezone
+        || current.enabled != new.enabled
+        || current.time_rules.calendar != new.time_rules.calendar
+        || current.time_rules.calendar_rule != new.time_rules.calendar_rule
+        || current.time_rules.active_from != new.time_rules.active_from
+        || current.time_rules.active_until != new.time_rules.active_until
+        || current.time_rules.jitter_ms != new.time_rules.jitter_ms
 }
 
 /// Enables or disables a job at once on every instance.

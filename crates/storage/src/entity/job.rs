@@ -45,6 +45,16 @@ pub struct Model {
     /// failure of that streak was alerted.
     pub alert_streak: i32,
     pub alert_alerted: bool,
+    /// The calendar deciding the days (issue 11), with its rule.
+    pub calendar_code: Option<String>,
+    pub calendar_rule: Option<String>,
+    pub active_from: Option<i64>,
+    pub active_until: Option<i64>,
+    pub jitter_ms: i64,
+    pub misfire_grace_ms: i64,
+    pub max_runs: Option<i64>,
+    /// Successful scheduled fires counted towards `max_runs`.
+    pub scheduled_successes: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

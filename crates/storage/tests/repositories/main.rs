@@ -222,6 +222,9 @@ scenarios!(
     groups_create_duplicate_delete_list,
     calendars_create_update_delete,
     calendars_concurrent_updates_one_wins,
+    job_time_rules_round_trip,
+    calendar_edit_restarts_its_jobs_schedules,
+    max_runs_disables_the_job_once,
     seed_marked_once,
 );
 
@@ -249,6 +252,7 @@ fn now() -> DateTime<Utc> {
 
 fn new_job(name: &str) -> NewJob {
     NewJob {
+        time_rules: Default::default(),
         name: name.to_owned(),
         group: "default".to_owned(),
         handler: "demo.echo".to_owned(),
@@ -379,6 +383,14 @@ async fn every_entity_round_trips(store: Store) {
         alert_channels: Some("[1,2]".into()),
         alert_streak: i32::MAX,
         alert_alerted: true,
+        calendar_code: Some("c".repeat(64)),
+        calendar_rule: Some("holidays".into()),
+        active_from: Some(-ms),
+        active_until: Some(ms),
+        jitter_ms: 86_400_000,
+        misfire_grace_ms: 2_592_000_000,
+        max_runs: Some(1_000_000_000),
+        scheduled_successes: i64::MAX,
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -2817,7 +2829,8 @@ async fn calendars_create_update_delete(store: Store) {
         .unwrap_err();
     assert!(matches!(err, StorageError::NotFound), "{err:?}");
     let later = now() + chrono::TimeDelta::seconds(5);
-    let (before, after) = calendars.update(1, &new_spec, "bob", later).await.unwrap();
+    let (before, after, jobs) = calendars.update(1, &new_spec, "bob", later).await.unwrap();
+    assert!(jobs.is_empty(), "no job names it");
     assert_eq!(before, created);
     assert_eq!(after.version, 2);
     assert_eq!(after.name, "ACME 2027");
@@ -2880,4 +2893,233 @@ async fn calendars_concurrent_updates_one_wins(store: Store) {
     let stored = store.calendars().get("race").await.unwrap().unwrap();
     assert_eq!(stored.version, 2);
     assert_eq!(stored.dates.len(), 1, "one writer's dates, not a mix");
+}
+
+/// Time rules are stored, read back with the job and with its schedule,
+/// and a change of those deciding the fire times starts a new schedule.
+async fn job_time_rules_round_trip(store: Store) {
+    use qiwu_domain::{CalendarRule, TimeRules};
+    let rules = TimeRules {
+        calendar: Some("cn-workdays".into()),
+        calendar_rule: Some(CalendarRule::Workdays),
+        misfire_grace_ms: 0,
+        active_from: Some(at(1_767_225_600_000)),
+        active_until: Some(at(1_798_761_599_999)),
+        max_runs: None,
+        jitter_ms: 0,
+    };
+    let job = NewJob {
+        time_rules: rules.clone(),
+        ..new_job("payroll")
+    };
+    let created = store.jobs().create(&job, "alice", now()).await.unwrap();
+    assert_eq!(created.time_rules, rules);
+    assert_eq!(created.scheduled_successes, 0);
+    let read = store.jobs().get(created.id).await.unwrap().unwrap();
+    assert_eq!(read.time_rules, rules);
+    let schedule = store.jobs().schedule(created.id).await.unwrap().unwrap();
+    assert_eq!(schedule.time_rules, rules);
+    let listed = store.jobs().schedules(0, 10).await.unwrap();
+    assert_eq!(listed[0].time_rules, rules);
+
+    // An edit that leaves the time rules alone keeps the schedule.
+    let later = now() + chrono::TimeDelta::seconds(1);
+    let renamed = NewJob {
+        remark: "same times".into(),
+        ..job.clone()
+    };
+    let kept = store
+        .jobs()
+        .update(created.id, 1, &renamed, "bob", later)
+        .await
+        .unwrap();
+    assert_eq!(kept.schedule_from, created.schedule_from);
+    // Each rule deciding the fire times starts a new one.
+    let changes = [
+        TimeRules {
+            calendar_rule: Some(CalendarRule::Holidays),
+            ..rules.clone()
+        },
+        TimeRules {
+            calendar: None,
+            calendar_rule: None,
+            ..rules.clone()
+        },
+        TimeRules {
+            active_until: None,
+            ..rules.clone()
+        },
+        TimeRules {
+            active_from: None,
+            ..rules.clone()
+        },
+    ];
+    let mut current = kept;
+    for (i, changed) in changes.into_iter().enumerate() {
+        let at_edit = later + chrono::TimeDelta::seconds(i as i64 + 1);
+        let edit = NewJob {
+            time_rules: changed.clone(),
+            ..renamed.clone()
+        };
+        let updated = store
+            .jobs()
+            .update(created.id, current.version, &edit, "bob", at_edit)
+            .await
+            .unwrap();
+        assert_eq!(updated.time_rules, changed);
+        assert_eq!(
+            updated.schedule_from,
+            truncate_to_millis(at_edit),
+            "change {i}"
+        );
+        current = updated;
+    }
+}
+
+/// Editing a calendar starts a new schedule for the jobs naming it (and
+/// only them), without a new version; deleting it is refused while a job
+/// names it.
+async fn calendar_edit_restarts_its_jobs_schedules(store: Store) {
+    use qiwu_domain::{CalendarRule, TimeRules};
+    let spec = calendar_spec(
+        "plant",
+        json!({"name": "Plant", "dates": [{"date": "2026-12-24", "kind": "holiday"}]}),
+    );
+    store
+        .calendars()
+        .create(&spec, "admin", now())
+        .await
+        .unwrap();
+    let rules = TimeRules {
+        calendar: Some("plant".into()),
+        calendar_rule: Some(CalendarRule::Exclude),
+        ..TimeRules::default()
+    };
+    let mut ids = Vec::new();
+    for name in ["uses a", "uses b"] {
+        let job = NewJob {
+            time_rules: rules.clone(),
+            ..new_job(name)
+        };
+        ids.push(store.jobs().create(&job, "alice", now()).await.unwrap().id);
+    }
+    let other = store
+        .jobs()
+        .create(&new_job("plain"), "alice", now())
+        .await
+        .unwrap();
+
+    let later = now() + chrono::TimeDelta::minutes(1);
+    let (_, _, touched) = store
+        .calendars()
+        .update(1, &spec, "admin", later)
+        .await
+        .unwrap();
+    assert_eq!(touched, ids);
+    for id in &ids {
+        let job = store.jobs().get(*id).await.unwrap().unwrap();
+        assert_eq!(job.schedule_from, truncate_to_millis(later));
+        assert_eq!(job.updated_at, truncate_to_millis(later));
+        assert_eq!(job.version, 1, "the job's own fields did not change");
+        assert_eq!(job.updated_by, "alice");
+    }
+    let untouched = store.jobs().get(other.id).await.unwrap().unwrap();
+    assert_eq!(untouched.schedule_from, other.schedule_from);
+    // Reconciliation finds them by their change time.
+    let changed: Vec<i64> = store
+        .jobs()
+        .schedules_changed_since(later)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(changed, ids);
+
+    let err = store.calendars().delete("plant").await.unwrap_err();
+    assert!(
+        matches!(&err, StorageError::InUse(jobs) if *jobs == ids),
+        "{err:?}"
+    );
+    assert!(store.calendars().get("plant").await.unwrap().is_some());
+    store.jobs().delete_many(&ids).await.unwrap();
+    assert!(store.calendars().delete("plant").await.unwrap().is_some());
+}
+
+/// `maxRuns`: each success counts; the one reaching the limit disables the
+/// job as the system, with one audit entry; a new limit counts from zero.
+async fn max_runs_disables_the_job_once(store: Store) {
+    use qiwu_domain::TimeRules;
+    let job = NewJob {
+        time_rules: TimeRules {
+            max_runs: Some(2),
+            ..TimeRules::default()
+        },
+        ..new_job("twice")
+    };
+    let created = store.jobs().create(&job, "alice", now()).await.unwrap();
+    let later = now() + chrono::TimeDelta::seconds(10);
+    let count = |at| {
+        let store = store.clone();
+        async move {
+            store
+                .jobs()
+                .count_scheduled_success(created.id, "system", "limit reached", at)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(count(later).await.is_none());
+    let disabled = count(later).await.expect("disabled at the second");
+    assert!(!disabled.enabled);
+    assert_eq!(disabled.scheduled_successes, 2);
+    assert_eq!(disabled.version, 2);
+    assert_eq!(disabled.updated_by, "system");
+    assert_eq!(disabled.schedule_from, truncate_to_millis(later));
+    // A fire that was already running when the limit was reached still
+    // counts, and disables nothing more.
+    assert!(count(later).await.is_none());
+    let entries: Vec<audit_log::Model> = audit_log::Entity::find()
+        .filter(audit_log::Column::Action.eq("job.disable"))
+        .all(store.connection())
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].actor, "system");
+    assert_eq!(
+        entries[0].target_id.as_deref(),
+        Some(created.id.to_string().as_str())
+    );
+    assert_eq!(entries[0].summary, "limit reached");
+
+    // Raised to 5 and enabled again: the count starts over.
+    let raised = NewJob {
+        time_rules: TimeRules {
+            max_runs: Some(5),
+            ..TimeRules::default()
+        },
+        ..job.clone()
+    };
+    let again = store
+        .jobs()
+        .update(created.id, 2, &raised, "alice", later)
+        .await
+        .unwrap();
+    assert!(again.enabled);
+    assert_eq!(again.scheduled_successes, 0);
+    // Other edits keep it.
+    assert!(count(later).await.is_none());
+    let renamed = NewJob {
+        remark: "same limit".into(),
+        ..raised.clone()
+    };
+    let kept = store
+        .jobs()
+        .update(created.id, again.version, &renamed, "alice", later)
+        .await
+        .unwrap();
+    assert_eq!(kept.scheduled_successes, 1);
+    // A job that is gone counts nothing.
+    store.jobs().delete(created.id).await.unwrap();
+    assert!(count(later).await.is_none());
 }
