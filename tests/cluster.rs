@@ -260,6 +260,90 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_cancelled_on_the_worker_running_it_even_when_the_message_is_lost() {
+    let mut cluster = Cluster::start(Db::Postgres, 2);
+    let job = cluster
+        .create(json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "retryCount": 2, "params": {"delayMs": 600000}}))
+        .await;
+    let store = cluster.store().await;
+    let run_once = || async {
+        let resp = client()
+            .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    };
+    // Through the API: the api process tells the workers over Redis.
+    run_once().await;
+    let runs = wait(&store, job, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let run = runs[0].id;
+    let asked = std::time::Instant::now();
+    let resp = client()
+        .post(cluster.api.url(&format!("/api/runs/{run}/cancel")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let runs = wait(&store, job, |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(runs.len(), 1, "never retried: {runs:#?}");
+    assert_eq!(runs[0].status, "cancelled");
+    assert!(runs[0].error.contains("Cancelled by admin"), "{runs:#?}");
+    assert!(runs[0].instance.starts_with('w'), "{runs:#?}");
+    // A request no message announces: the worker running it reads it.
+    run_once().await;
+    let runs = wait(&store, job, |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let second = runs
+        .iter()
+        .find(|r| r.status == "running")
+        .expect("running")
+        .id;
+    let asked = std::time::Instant::now();
+    store
+        .runs()
+        .request_cancel(second, "apikey:ops", chrono::Utc::now())
+        .await
+        .expect("request");
+    let runs = wait(&store, job, |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
+    let second = runs.iter().find(|r| r.id == second).expect("run");
+    assert_eq!(second.status, "cancelled", "{runs:#?}");
+    assert!(second.error.contains("apikey:ops"), "{runs:#?}");
+    // Cancelling it again is a conflict.
+    let resp = client()
+        .post(cluster.api.url(&format!("/api/runs/{}/cancel", second.id)))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    cluster.stop_workers();
+}
+
 async fn wait(
     store: &qiwu_storage::Store,
     job: i64,

@@ -14,7 +14,8 @@ use crate::error::ApiError;
 use crate::query::MAX_SAFE_INTEGER;
 use crate::schema;
 
-/// A run's status: `running` until its attempt ends.
+/// A run's status: `running` until its attempt ends; `cancelled` when
+/// someone stopped it (`cancelledBy` names who).
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -23,6 +24,7 @@ pub enum RunStatus {
     Failed,
     Skipped,
     Timeout,
+    Cancelled,
 }
 
 /// What started a fire: its schedule, a person or service ("run once"),
@@ -293,6 +295,10 @@ pub struct RunDetailDto {
     /// it up in Jaeger or Tempo; null when tracing was off, the trace was
     /// not sampled, or the run never started (skipped at its claim).
     pub trace_id: Option<String>,
+    /// Who asked to cancel the run (a user's `sub`, or `apikey:` and the
+    /// key's name); null when nobody did. Set while a running run is being
+    /// stopped, and kept once it ended `cancelled`.
+    pub cancelled_by: Option<String>,
 }
 
 impl RunDetailDto {
@@ -300,13 +306,26 @@ impl RunDetailDto {
         let output = std::mem::take(&mut r.output);
         let error = std::mem::take(&mut r.error);
         let trace_id = r.trace_id.take();
+        let cancelled_by = r.cancelled_by.take();
         RunDetailDto {
             run: RunSummaryDto::new(r),
             output,
             error,
             trace_id,
+            cancelled_by,
         }
     }
+}
+
+/// A cancel request was stored.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelAccepted {
+    #[schema(minimum = 1, maximum = 9007199254740991_i64)]
+    pub run_id: i64,
+    /// Who asked first (a later request keeps the first one's name).
+    pub cancelled_by: String,
+    pub message: String,
 }
 
 /// A page of the run log.

@@ -20,6 +20,7 @@ use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
+use crate::cancels::{Cancels, cancel_loop};
 use crate::claimer::{Claimer, Feedback, Request};
 use crate::clock::{Clock, MAX_SLEEP, sleep_for};
 use crate::cluster::{ClusterConfig, Heartbeat, Membership, heartbeat_loop};
@@ -53,6 +54,9 @@ pub enum Command {
     FireQueued(i64),
     /// Read the jobs again (after a lost subscription, say).
     Reconcile,
+    /// Someone asked to cancel this run: check this instance's running
+    /// runs against the database.
+    CancelRequested(i64),
 }
 
 /// Sends commands to a running engine; cheap to clone.
@@ -124,6 +128,8 @@ pub(crate) struct Shared {
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
     pub slots: Slots,
+    /// The running runs here, and their cancel signals.
+    pub cancels: Cancels,
     pub recorder: Recorder,
     /// Bounds the fires in flight.
     pub permits: Arc<Semaphore>,
@@ -196,6 +202,7 @@ impl Engine {
             config,
             clock,
             slots: Slots::default(),
+            cancels: Cancels::default(),
             recorder,
             permits,
             tracker: TaskTracker::new(),
@@ -268,13 +275,15 @@ impl Engine {
     }
 }
 
-/// The heart-beat and the change subscription of a cluster worker.
+/// The cancel checks, and the heart-beat and the change subscription of
+/// a cluster worker.
 fn start_helpers(
     shared: &Arc<Shared>,
     sender: &mpsc::UnboundedSender<Command>,
     shutdown: &watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<()> {
     let mut helpers = tokio::task::JoinSet::new();
+    helpers.spawn(cancel_loop(Arc::clone(shared), shutdown.clone()));
     if let Some(cluster) = &shared.config.cluster {
         helpers.spawn(heartbeat_loop(
             Heartbeat {
@@ -573,6 +582,10 @@ impl Loop {
                 self.reload(id).await
             }
             Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
+            Event::Command(Command::CancelRequested(run_id)) => {
+                tracing::debug!(run = run_id, "cancel message");
+                self.shared.cancels.check_now();
+            }
             Event::Command(Command::Reconcile) | Event::Reconcile => {
                 self.reconcile().await;
                 self.poll_pending().await;
@@ -830,6 +843,7 @@ async fn forward_changes(
                         change = stream.next() => match change {
                             Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
                             Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
+                            Some(qiwu_storage::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
                             None => break,
                         },
                         () = shutting_down(&mut shutdown) => return,

@@ -356,6 +356,113 @@ async fn a_timeout_is_recorded_at_the_deadline_and_the_slot_held_until_the_handl
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_cancel_is_recorded_at_once_never_retried_and_the_slot_held_until_the_handler_returns() {
+    let mut stubborn = job("stubborn", "test.stubborn", "* * * * * *");
+    stubborn.params = json!({"ms": 4500});
+    stubborn.retry_count = 2;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs.first().is_some_and(|r| r.status == "running")
+        })
+        .await;
+    let first = runs[0].id;
+    h.pass(Duration::from_millis(300)).await;
+    let asked = h.now();
+    h.store
+        .runs()
+        .request_cancel(first, "alice", asked)
+        .await
+        .expect("request");
+    h.handle.send(Command::CancelRequested(first));
+    // The message makes the instance look at once: recorded within a step.
+    let runs = h
+        .until(job, Duration::from_secs(1), |runs| {
+            runs[0].status != "running"
+        })
+        .await;
+    let cancelled = &runs[0];
+    assert_eq!(cancelled.status, "cancelled", "{cancelled:?}");
+    assert!(
+        cancelled.error.contains("Cancelled by alice"),
+        "{cancelled:?}"
+    );
+    assert!(
+        cancelled.finished_at.unwrap_or(i64::MAX) <= ms(asked) + 2 * STEP.as_millis() as i64,
+        "{cancelled:?}"
+    );
+    // The handler ignores the stop and returns 4.5 s after it started:
+    // fires until then are skipped, the first one after it runs, and the
+    // cancelled fire has no second attempt.
+    let runs = h
+        .until(job, Duration::from_secs(20), |runs| {
+            runs.iter().skip(1).any(|r| r.status != "skipped")
+        })
+        .await;
+    let returned = cancelled.started_at + 4500;
+    let (during, after): (Vec<_>, Vec<_>) = runs[1..].iter().partition(|r| r.started_at < returned);
+    assert!(during.len() >= 3, "fires while the handler ran: {runs:#?}");
+    assert!(
+        during
+            .iter()
+            .all(|r| r.status == "skipped" && r.output == texts::SKIP_OVERLAP),
+        "{runs:#?}"
+    );
+    assert!(after.iter().any(|r| r.status != "skipped"), "{runs:#?}");
+    assert!(
+        runs.iter()
+            .all(|r| r.fire_id != cancelled.fire_id || r.attempt == 1),
+        "{runs:#?}"
+    );
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_whose_message_is_lost_is_found_in_the_database() {
+    let mut stubborn = job("stubborn", "test.stubborn", "0 0 0 1 1 *");
+    stubborn.params = json!({"ms": 6000});
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    h.run_once(job).await;
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs.first().is_some_and(|r| r.status == "running")
+        })
+        .await;
+    let asked = h.now();
+    h.store
+        .runs()
+        .request_cancel(runs[0].id, "bob", asked)
+        .await
+        .expect("request");
+    // No message: the instance's own check finds it within its period.
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs[0].status != "running"
+        })
+        .await;
+    assert_eq!(runs[0].status, "cancelled");
+    assert!(runs[0].error.contains("bob"), "{runs:?}");
+    let took = runs[0].finished_at.unwrap_or(i64::MAX) - ms(asked);
+    let period = crate::cancels::CHECK_EVERY.as_millis() as i64;
+    assert!(took <= period + 2 * STEP.as_millis() as i64, "{took} ms");
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn failures_are_retried_with_their_interval_and_errors_cut_to_4000_characters() {
     let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
     failing.retry_count = 2;

@@ -22,6 +22,7 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::cancels::Cancels;
 use crate::context::{
     LogSink, MAX_ERROR_CHARS, RunContext, StopReason, Stopper, cut, output_of, shutting_down,
     stop_pair,
@@ -60,6 +61,8 @@ pub(crate) enum Outcome {
     Panicked(String),
     TimedOut,
     LockLost,
+    /// Someone cancelled the run (named here).
+    Cancelled(String),
     /// The process is stopping; the handler's answer after it was told to
     /// stop (`Err` when it failed or panicked).
     Shutdown(Result<String, String>),
@@ -115,6 +118,12 @@ pub(crate) fn decide(
             RunStatus::Failed,
             output_of(log, ""),
             texts::LOCK_LOST.to_string(),
+            false,
+        ),
+        Outcome::Cancelled(by) => with(
+            RunStatus::Cancelled,
+            output_of(log, ""),
+            texts::cancelled(by),
             false,
         ),
         Outcome::Shutdown(Ok(value)) => with(
@@ -192,8 +201,12 @@ impl Fire {
             self.record(&attempt, decision).await;
             drop(running);
             match attempt.outcome {
-                Outcome::TimedOut => {
-                    self.alert_timeout(attempt.started_at).await;
+                Outcome::TimedOut | Outcome::Cancelled(_) => {
+                    if matches!(attempt.outcome, Outcome::TimedOut) {
+                        self.alert_timeout(attempt.started_at).await;
+                    }
+                    // As after a timeout, the job's next fire waits until
+                    // the handler really returned.
                     if !self.job.allow_concurrent
                         && !self.wait_for_handler(&mut attempt, &mut stop).await
                     {
@@ -274,7 +287,7 @@ impl Fire {
     }
 
     /// Runs one attempt until the handler returns, the deadline passes, the
-    /// process stops or the lock is lost.
+    /// run is cancelled, the process stops or the lock is lost.
     async fn attempt_once(
         &self,
         handler: &Arc<dyn Handler>,
@@ -283,6 +296,9 @@ impl Fire {
     ) -> Attempt {
         let timeout =
             (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
+        // Registered before the handler starts: a cancel request is seen
+        // however early it comes.
+        let mut cancel = Cancels::watch(&self.shared, self.run_id);
         let mut attempt = self.start_handler(handler, params, timeout);
         let Some(task) = attempt.task.as_mut() else {
             return attempt;
@@ -311,6 +327,7 @@ impl Fire {
             }
             () = deadline => (Outcome::TimedOut, StopReason::Timeout),
             () = lost => (Outcome::LockLost, StopReason::LockLost),
+            by = cancel.cancelled() => (Outcome::Cancelled(by), StopReason::Cancelled),
             () = shutting_down(stop) => (Outcome::Shutdown(Ok(String::new())), StopReason::Shutdown),
         };
         attempt.stopper.stop(reason);
@@ -541,7 +558,7 @@ mod tests {
 
     #[test]
     fn decisions_table() {
-        let cases: [(Outcome, bool, RunStatus, bool, &str); 9] = [
+        let cases: [(Outcome, bool, RunStatus, bool, &str); 10] = [
             (
                 Outcome::Returned("ok".into()),
                 true,
@@ -584,6 +601,13 @@ mod tests {
                 RunStatus::Failed,
                 false,
                 "lock renewal",
+            ),
+            (
+                Outcome::Cancelled("alice".into()),
+                true,
+                RunStatus::Cancelled,
+                false,
+                "Cancelled by alice",
             ),
             (
                 Outcome::Shutdown(Ok("done".into())),

@@ -43,3 +43,9 @@ pub(crate) fn params_invalid(list: &str) -> String {
         "参数不再符合处理器的规则，请修改任务：{list}\nParams no longer match the handler's schema; edit the job: {list}"
     )
 }
+
+pub(crate) fn cancelled(by: &str) -> String {
+    format!(
+        "执行已被 {by} 取消，已通知处理器停止；不重试。\nCancelled by {by}: the handler was told to stop, and the fire is not retried."
+    )
+}

@@ -523,6 +523,8 @@ fn first_run(
         swept_at: Set(None),
         deleted_at: Set(None),
         trace_id: Set(None),
+        cancel_requested_at: Set(None),
+        cancelled_by: Set(None),
     };
     (status, model)
 }

@@ -45,6 +45,8 @@ pub enum RunStatus {
     Failed,
     Skipped,
     Timeout,
+    /// Stopped by a person or service (or replaced by a newer fire).
+    Cancelled,
 }
 
 impl RunStatus {
@@ -55,6 +57,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Skipped => "skipped",
             RunStatus::Timeout => "timeout",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -65,6 +68,7 @@ impl RunStatus {
             "failed" => RunStatus::Failed,
             "skipped" => RunStatus::Skipped,
             "timeout" => RunStatus::Timeout,
+            "cancelled" => RunStatus::Cancelled,
             _ => return None,
         })
     }
@@ -172,6 +176,8 @@ impl FireRepo<'_> {
             swept_at: Set(None),
             deleted_at: Set(None),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         };
         Ok(model.insert(self.store.connection()).await?.id)
     }
@@ -341,6 +347,32 @@ impl FireRepo<'_> {
             .into_tuple()
             .all(self.store.connection())
             .await?)
+    }
+
+    /// Among these running runs, the ones someone asked to cancel, with who
+    /// asked: what an instance checks while it has fires running, in case
+    /// the message telling it was lost.
+    pub async fn cancel_requests(
+        &self,
+        run_ids: &[i64],
+    ) -> Result<Vec<(i64, String)>, StorageError> {
+        let mut out = Vec::new();
+        for chunk in run_ids.chunks(claim::MAX_BATCH) {
+            let rows: Vec<(i64, Option<String>)> = run::Entity::find()
+                .select_only()
+                .column(run::Column::Id)
+                .column(run::Column::CancelledBy)
+                .filter(run::Column::Id.is_in(chunk.iter().copied()))
+                .filter(run::Column::CancelRequestedAt.is_not_null())
+                .into_tuple()
+                .all(self.store.connection())
+                .await?;
+            out.extend(
+                rows.into_iter()
+                    .map(|(id, by)| (id, by.unwrap_or_default())),
+            );
+        }
+        Ok(out)
     }
 
     /// How many run-once requests of a job are still waiting.

@@ -229,6 +229,8 @@ scenarios!(
 mod ledger;
 /// What observability reads and writes.
 mod monitor;
+/// Run control: cancel requests.
+mod run_control;
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -432,6 +434,8 @@ async fn every_entity_round_trips(store: Store) {
         swept_at: None,
         deleted_at: None,
         trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        cancel_requested_at: Some(ms),
+        cancelled_by: Some("apikey:".to_string() + &"k".repeat(120)),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -1296,6 +1300,8 @@ mod run_and_audit_logs {
             swept_at: Set(None),
             deleted_at: Set(None),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         }
     }
 
@@ -2362,6 +2368,8 @@ mod notify_scenarios {
             swept_at: Set(None),
             deleted_at: Set(deleted.then_some(started_at)),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         }
     }
 
