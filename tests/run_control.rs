@@ -198,3 +198,85 @@ async fn cancel_a_running_run_on_sqlite() {
 async fn cancel_a_running_run_on_mariadb() {
     cancel_on(Db::MySql).await;
 }
+
+/// `retryBackoff` through the API: stored, shown, merged by an edit,
+/// refused when wrong (each field named, in both languages), and obeyed:
+/// a job timing out every attempt waits 300 ms, 600 ms, then its 700 ms cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exponential_retry_backoff_through_serve() {
+    let server = Server::start();
+    let store = server.store().await;
+    let resp = client()
+        .post(server.url("/api/jobs"))
+        .bearer_auth(admin_token())
+        .header("Accept-Language", "en")
+        .json(
+            &json!({"name": "bad", "handler": "demo.echo", "retryBackoff": "linear",
+                      "retryIntervalMs": 5000, "retryMaxIntervalMs": 10, "retryJitter": 1}),
+        )
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = resp.json().await.expect("json");
+    let fields: Vec<&str> = problem["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter_map(|e| e["field"].as_str())
+        .collect();
+    for field in ["retryBackoff", "retryMaxIntervalMs", "retryJitter"] {
+        assert!(fields.contains(&field), "{problem}");
+    }
+    assert!(
+        problem.to_string().contains("use fixed or exponential"),
+        "{problem}"
+    );
+
+    let job = create(
+        &server,
+        json!({"name": "backoff", "handler": "demo.echo", "enabled": false, "timeoutMs": 100,
+               "retryCount": 3, "retryIntervalMs": 300, "retryBackoff": "exponential",
+               "retryMaxIntervalMs": 700, "params": {"delayMs": 5000}}),
+    )
+    .await;
+    let shown: Value = client()
+        .get(server.url(&format!("/api/jobs/{job}")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(shown["retryBackoff"], "exponential");
+    assert_eq!(shown["retryMaxIntervalMs"], 700);
+    assert_eq!(shown["retryJitter"], false);
+    // An edit of another field keeps them.
+    let resp = client()
+        .put(server.url(&format!("/api/jobs/{job}")))
+        .bearer_auth(admin_token())
+        .json(&json!({"version": shown["version"], "remark": "kept"}))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let edited: Value = resp.json().await.expect("json");
+    assert_eq!(edited["retryBackoff"], "exponential");
+    assert_eq!(edited["retryMaxIntervalMs"], 700);
+
+    run_once(&server, job).await;
+    let runs = wait_for_runs(&store, job, Duration::from_secs(60), |runs| {
+        runs.len() == 4 && runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(runs.iter().all(|r| r.status == "timeout"), "{runs:#?}");
+    // Each attempt ends at its 100 ms timeout; then the wait doubles.
+    for (pair, wait) in runs.windows(2).zip([300, 600, 700]) {
+        let gap = pair[1].started_at - pair[0].finished_at.unwrap_or(i64::MAX);
+        assert!(
+            gap >= wait,
+            "waited {gap} ms, at least {wait} expected: {runs:#?}"
+        );
+    }
+}

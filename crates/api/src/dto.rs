@@ -37,6 +37,16 @@ pub enum RunTrigger {
     Misfire,
 }
 
+/// The wait between attempts: `fixed` waits `retryIntervalMs` every time;
+/// `exponential` waits `retryIntervalMs` × 2^(n−1) before retry n, at most
+/// `retryMaxIntervalMs`.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum RetryBackoff {
+    Fixed,
+    Exponential,
+}
+
 /// What to do with fire times missed while no instance ran: `skip`
 /// records one skipped run, `run_once` runs once now.
 #[derive(ToSchema)]
@@ -160,6 +170,12 @@ pub struct JobDto {
     #[schema(value_type = MisfirePolicy)]
     pub misfire_policy: String,
     pub remark: String,
+    #[schema(value_type = RetryBackoff)]
+    pub retry_backoff: String,
+    /// The longest wait of `exponential` back-off, in ms.
+    pub retry_max_interval_ms: i64,
+    /// Full jitter: each wait is a uniform random part of its delay.
+    pub retry_jitter: bool,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -186,6 +202,9 @@ impl JobDto {
             allow_concurrent: j.allow_concurrent,
             misfire_policy: j.misfire_policy,
             remark: j.remark,
+            retry_backoff: j.retry_backoff,
+            retry_max_interval_ms: j.retry_max_interval_ms,
+            retry_jitter: j.retry_jitter,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -557,6 +576,17 @@ pub struct JobCreate {
     /// Default `skip`.
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    /// Default `fixed`.
+    #[schema(value_type = RetryBackoff, required = false)]
+    pub retry_backoff: String,
+    /// The longest wait of `exponential` back-off; at least
+    /// `retryIntervalMs`; default 3600000.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub retry_max_interval_ms: i64,
+    /// Full jitter (each wait a uniform random part of its delay); default
+    /// false.
+    #[schema(required = false)]
+    pub retry_jitter: bool,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
@@ -610,6 +640,13 @@ pub struct JobUpdate {
     pub allow_concurrent: bool,
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    #[schema(value_type = RetryBackoff, required = false)]
+    pub retry_backoff: String,
+    /// At least `retryIntervalMs`.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub retry_max_interval_ms: i64,
+    #[schema(required = false)]
+    pub retry_jitter: bool,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]

@@ -21,6 +21,7 @@ use crate::cron::{CronError, CronExpr};
 use crate::handler::HandlerCatalog;
 use crate::lang::Lang;
 use crate::params::{self, ParamError};
+use crate::retry::{RetryBackoff, RetryTiming};
 use crate::schedule::{self, MAX_JITTER_MS, Schedule, ScheduleError};
 
 pub const MAX_NAME_CHARS: usize = 64;
@@ -29,6 +30,10 @@ pub const MAX_RETRY_COUNT: i64 = 10;
 pub const MAX_RETRY_INTERVAL_MS: i64 = 3_600_000;
 pub const MAX_TIMEOUT_MS: i64 = 86_400_000;
 pub const DEFAULT_CRON: &str = "0 0 0 * * *";
+/// Longest wait between two attempts (`retryMaxIntervalMs`): one day.
+pub const MAX_RETRY_MAX_INTERVAL_MS: i64 = 86_400_000;
+/// `retryMaxIntervalMs` when absent: an hour (the longest fixed interval).
+pub const DEFAULT_RETRY_MAX_INTERVAL_MS: i64 = 3_600_000;
 /// Longest catch-up window: 30 days (0 means unlimited).
 pub const MAX_MISFIRE_GRACE_MS: i64 = 2_592_000_000;
 /// Most successful scheduled fires `maxRuns` may allow.
@@ -36,7 +41,7 @@ pub const MAX_MAX_RUNS: i64 = 1_000_000_000;
 pub const DEFAULT_GROUP: &str = "default";
 
 /// Fields a client may write.
-pub const WRITABLE_FIELDS: [&str; 13] = [
+pub const WRITABLE_FIELDS: [&str; 16] = [
     "name",
     "group",
     "handler",
@@ -50,6 +55,9 @@ pub const WRITABLE_FIELDS: [&str; 13] = [
     "allowConcurrent",
     "misfirePolicy",
     "remark",
+    "retryBackoff",
+    "retryMaxIntervalMs",
+    "retryJitter",
 ];
 
 /// The time rules of issue 11, writable once jobs store them (see
@@ -120,6 +128,9 @@ pub struct JobSpec {
     pub allow_concurrent: bool,
     pub misfire_policy: MisfirePolicy,
     pub remark: String,
+    /// `retryBackoff`, `retryIntervalMs`, `retryMaxIntervalMs`,
+    /// `retryJitter`: the wait before each retry.
+    pub retry: RetryTiming,
 }
 
 /// The JSON object of a new job's defaults (params are filled per handler).
@@ -136,6 +147,9 @@ pub fn defaults() -> Map<String, Value> {
         "allowConcurrent": false,
         "misfirePolicy": "skip",
         "remark": "",
+        "retryBackoff": "fixed",
+        "retryMaxIntervalMs": DEFAULT_RETRY_MAX_INTERVAL_MS,
+        "retryJitter": false,
     }) else {
         return Map::new();
     };
@@ -227,6 +241,11 @@ pub enum JobProblem {
     UnknownTimezone(String),
     Cron(CronError),
     UnknownMisfirePolicy(String),
+    UnknownRetryBackoff(String),
+    /// `retryMaxIntervalMs` below `retryIntervalMs`.
+    MaxIntervalBelowInterval {
+        interval_ms: i64,
+    },
     Param(ParamError),
     UnknownCalendar(String),
     UnknownCalendarRule(String),
@@ -302,6 +321,18 @@ impl FieldError {
             }
             (JobProblem::UnknownMisfirePolicy(p), Lang::En) => {
                 format!("Misfire policy {p} does not exist: use skip or run_once")
+            }
+            (JobProblem::UnknownRetryBackoff(b), Lang::Zh) => {
+                format!("重试间隔方式 {b} 不存在：只能是 fixed 或 exponential")
+            }
+            (JobProblem::UnknownRetryBackoff(b), Lang::En) => {
+                format!("Retry backoff {b} does not exist: use fixed or exponential")
+            }
+            (JobProblem::MaxIntervalBelowInterval { interval_ms }, Lang::Zh) => {
+                format!("不能小于重试间隔 retryIntervalMs（{interval_ms} 毫秒）")
+            }
+            (JobProblem::MaxIntervalBelowInterval { interval_ms }, Lang::En) => {
+                format!("Must not be less than retryIntervalMs ({interval_ms} ms)")
             }
             (JobProblem::Param(e), _) => e.message(lang),
             (JobProblem::UnknownCalendar(code), Lang::Zh) => {
@@ -591,6 +622,19 @@ fn validate_into(
     let allow_concurrent = v.boolean("allowConcurrent");
     let misfire = v.text("misfirePolicy", 16, true);
     let remark = v.plain_text("remark", MAX_REMARK_CHARS, false);
+    // Absent in what older callers send: today's fixed interval.
+    let backoff = match input.get("retryBackoff") {
+        None | Some(Value::Null) => Some(RetryBackoff::Fixed.as_str().to_string()),
+        Some(_) => v.text("retryBackoff", 16, true),
+    };
+    let max_interval = match input.get("retryMaxIntervalMs") {
+        None | Some(Value::Null) => Some(DEFAULT_RETRY_MAX_INTERVAL_MS),
+        Some(_) => v.integer("retryMaxIntervalMs", 0, MAX_RETRY_MAX_INTERVAL_MS),
+    };
+    let jitter = match input.get("retryJitter") {
+        None | Some(Value::Null) => Some(false),
+        Some(_) => v.boolean("retryJitter"),
+    };
 
     if let Some(g) = &group
         && !groups.iter().any(|known| known == g)
@@ -617,6 +661,39 @@ fn validate_into(
         },
         Some(None) => Some(None),
         None => None,
+    };
+    let backoff = backoff.and_then(|b| match RetryBackoff::parse(&b) {
+        Some(b) => Some(b),
+        None => {
+            errors.push(FieldError::new(
+                "retryBackoff",
+                JobProblem::UnknownRetryBackoff(b),
+            ));
+            None
+        }
+    });
+    let max_interval = match (max_interval, retry_interval_ms) {
+        (Some(max), Some(interval)) if max < interval => {
+            errors.push(FieldError::new(
+                "retryMaxIntervalMs",
+                JobProblem::MaxIntervalBelowInterval {
+                    interval_ms: interval,
+                },
+            ));
+            None
+        }
+        (max, _) => max,
+    };
+    let retry = match (backoff, retry_interval_ms, max_interval, jitter) {
+        (Some(backoff), Some(interval_ms), Some(max_interval_ms), Some(jitter)) => {
+            Some(RetryTiming {
+                backoff,
+                interval_ms,
+                max_interval_ms,
+                jitter,
+            })
+        }
+        _ => None,
     };
     let misfire = misfire.and_then(|m| match MisfirePolicy::parse(&m) {
         Some(p) => Some(p),
@@ -662,6 +739,7 @@ fn validate_into(
         allow_concurrent,
         misfire,
         remark,
+        retry,
     ) {
         (
             Some(name),
@@ -677,6 +755,7 @@ fn validate_into(
             Some(allow_concurrent),
             Some(misfire_policy),
             Some(remark),
+            Some(retry),
         ) => Some(JobSpec {
             name,
             group,
@@ -692,6 +771,7 @@ fn validate_into(
             allow_concurrent,
             misfire_policy,
             remark,
+            retry,
         }),
         _ => None,
     }

@@ -17,6 +17,7 @@ pub mod job;
 pub mod misfire;
 pub mod notify;
 pub mod params;
+pub mod retry;
 pub mod schedule;
 pub mod settings;
 
@@ -25,4 +26,5 @@ pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema}
 pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
 pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};
+pub use retry::{RetryBackoff, RetryTiming};
 pub use schedule::Schedule;

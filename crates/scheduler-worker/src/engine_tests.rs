@@ -94,6 +94,9 @@ fn job(name: &str, handler: &str, cron: &str) -> NewJob {
         enabled: true,
         retry_count: 0,
         retry_interval_ms: 1000,
+        retry_backoff: "fixed".into(),
+        retry_max_interval_ms: 3_600_000,
+        retry_jitter: false,
         timeout_ms: 0,
         allow_concurrent: false,
         misfire_policy: "skip".into(),
@@ -491,6 +494,80 @@ async fn failures_are_retried_with_their_interval_and_errors_cut_to_4000_charact
     );
     for pair in runs.windows(2) {
         assert!(pair[1].started_at - pair[0].started_at >= 1500, "{pair:#?}");
+    }
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn exponential_backoff_doubles_the_wait_up_to_its_cap() {
+    let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
+    failing.retry_count = 4;
+    failing.retry_interval_ms = 1000;
+    failing.retry_backoff = "exponential".into();
+    failing.retry_max_interval_ms = 3000;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[failing],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.len() == 5 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    // 1 s, 2 s, then capped at 3 s twice: each gap exact to a step or two.
+    let gaps: Vec<i64> = runs
+        .windows(2)
+        .map(|pair| pair[1].started_at - pair[0].started_at)
+        .collect();
+    for (gap, want) in gaps.iter().zip([1000, 2000, 3000, 3000]) {
+        assert!(
+            (want..=want + 3 * STEP.as_millis() as i64).contains(gap),
+            "{gaps:?}"
+        );
+    }
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_jitter_waits_at_most_the_delay() {
+    let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
+    failing.retry_count = 3;
+    failing.retry_interval_ms = 2000;
+    failing.retry_backoff = "exponential".into();
+    failing.retry_max_interval_ms = 10_000;
+    failing.retry_jitter = true;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[failing],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.len() == 4 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    // Each wait is the domain's jittered delay for this fire and retry.
+    let timing = qiwu_domain::RetryTiming {
+        backoff: qiwu_domain::RetryBackoff::Exponential,
+        interval_ms: 2000,
+        max_interval_ms: 10_000,
+        jitter: true,
+    };
+    for (n, pair) in (1u32..).zip(runs.windows(2)) {
+        let want = timing.delay_ms(n, qiwu_domain::retry::jitter_seed(pair[0].fire_id, n)) as i64;
+        let gap = pair[1].started_at - pair[0].started_at;
+        assert!(want <= 2000 << (n - 1), "{want}");
+        assert!(
+            (want..=want + 3 * STEP.as_millis() as i64).contains(&gap),
+            "retry {n}: waited {gap} ms, expected {want}"
+        );
     }
     h.shut_down().await;
 }

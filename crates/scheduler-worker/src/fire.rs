@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use qiwu_domain::params;
+use qiwu_domain::retry::{RetryBackoff, RetryTiming, jitter_seed};
 use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -495,9 +496,22 @@ impl Fire {
         });
     }
 
-    /// Waits `retryIntervalMs`; false when the fire must end instead.
+    /// The wait before the retry that follows the current attempt, by the
+    /// job's `retryBackoff` (attempt n is followed by retry n).
+    fn retry_delay(&self) -> Duration {
+        let timing = RetryTiming {
+            backoff: RetryBackoff::parse(&self.job.retry_backoff).unwrap_or(RetryBackoff::Fixed),
+            interval_ms: self.job.retry_interval_ms,
+            max_interval_ms: self.job.retry_max_interval_ms,
+            jitter: self.job.retry_jitter,
+        };
+        let n = self.attempt;
+        Duration::from_millis(timing.delay_ms(n, jitter_seed(self.fire_id, n)))
+    }
+
+    /// Waits the retry delay; false when the fire must end instead.
     async fn pause_before_retry(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
-        let interval = Duration::from_millis(self.job.retry_interval_ms.max(0) as u64);
+        let interval = self.retry_delay();
         let lost = async {
             match &self.lock {
                 Some(lock) => lock.lost().await,

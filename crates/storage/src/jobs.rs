@@ -35,6 +35,10 @@ pub struct NewJob {
     pub allow_concurrent: bool,
     pub misfire_policy: String,
     pub remark: String,
+    /// `fixed` or `exponential`.
+    pub retry_backoff: String,
+    pub retry_max_interval_ms: i64,
+    pub retry_jitter: bool,
     /// Only used by create; update never changes it.
     pub builtin_key: Option<String>,
 }
@@ -56,6 +60,10 @@ pub struct JobRecord {
     pub allow_concurrent: bool,
     pub misfire_policy: String,
     pub remark: String,
+    /// `fixed` or `exponential`.
+    pub retry_backoff: String,
+    pub retry_max_interval_ms: i64,
+    pub retry_jitter: bool,
     pub version: i64,
     /// When the current schedule (cron, zone, enabled) took effect: timers
     /// armed from another schedule claim nothing, and no fire time at or
@@ -90,6 +98,9 @@ impl TryFrom<job::Model> for JobRecord {
             allow_concurrent: m.allow_concurrent,
             misfire_policy: m.misfire_policy,
             remark: m.remark,
+            retry_backoff: m.retry_backoff,
+            retry_max_interval_ms: m.retry_max_interval_ms,
+            retry_jitter: m.retry_jitter,
             version: m.version,
             schedule_from: from_millis(m.schedule_from)?,
             builtin_key: m.builtin_key,
@@ -500,6 +511,9 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         allow_concurrent: Set(job.allow_concurrent),
         misfire_policy: Set(job.misfire_policy.clone()),
         remark: Set(job.remark.clone()),
+        retry_backoff: Set(job.retry_backoff.clone()),
+        retry_max_interval_ms: Set(job.retry_max_interval_ms),
+        retry_jitter: Set(job.retry_jitter),
         version: NotSet,
         schedule_from: NotSet,
         builtin_key: NotSet,

@@ -113,6 +113,9 @@ fn to_new_job(spec: JobSpec, builtin_key: Option<String>) -> NewJob {
         allow_concurrent: spec.allow_concurrent,
         misfire_policy: spec.misfire_policy.as_str().to_string(),
         remark: spec.remark,
+        retry_backoff: spec.retry.backoff.as_str().to_string(),
+        retry_max_interval_ms: spec.retry.max_interval_ms,
+        retry_jitter: spec.retry.jitter,
         builtin_key,
     }
 }
@@ -133,6 +136,9 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "allowConcurrent": job.allow_concurrent,
         "misfirePolicy": job.misfire_policy,
         "remark": job.remark,
+        "retryBackoff": job.retry_backoff,
+        "retryMaxIntervalMs": job.retry_max_interval_ms,
+        "retryJitter": job.retry_jitter,
     }) else {
         return Map::new();
     };
