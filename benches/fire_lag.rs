@@ -129,6 +129,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
             retry_backoff: "fixed".into(),
             retry_max_interval_ms: 3_600_000,
             retry_jitter: false,
+            overlap_policy: "skip".into(),
             timeout_ms: 60_000,
             allow_concurrent: false,
             misfire_policy: "skip".into(),

@@ -280,3 +280,95 @@ async fn exponential_retry_backoff_through_serve() {
         );
     }
 }
+
+async fn put_job(server: &Server, job: i64, body: Value) -> (StatusCode, Value) {
+    let current: Value = client()
+        .get(server.url(&format!("/api/jobs/{job}")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    let mut body = body;
+    body["version"] = current["version"].clone();
+    let resp = client()
+        .put(server.url(&format!("/api/jobs/{job}")))
+        .bearer_auth(admin_token())
+        .header("Accept-Language", "en")
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status();
+    (status, resp.json().await.expect("json"))
+}
+
+/// `overlapPolicy` and its compatible view `allowConcurrent` through the
+/// API, then `queue_one` in `serve`: one fire waits and starts when the
+/// running one ends, a further one is skipped with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlap_policy_and_allow_concurrent_through_serve() {
+    let server = Server::start();
+    let store = server.store().await;
+    let job = create(
+        &server,
+        json!({"name": "parallel", "handler": "demo.echo", "allowConcurrent": true}),
+    )
+    .await;
+    let cases = [
+        (json!({"overlapPolicy": "queue_one"}), "queue_one", false),
+        // Only the view: `false` keeps a policy that runs nothing in parallel.
+        (json!({"allowConcurrent": false}), "queue_one", false),
+        (json!({"allowConcurrent": true}), "allow", true),
+        (json!({"allowConcurrent": false}), "skip", false),
+        (json!({"overlapPolicy": "replace"}), "replace", false),
+        (
+            json!({"overlapPolicy": "allow", "allowConcurrent": false}),
+            "allow",
+            true,
+        ),
+    ];
+    for (body, policy, allow) in cases {
+        let (status, job) = put_job(&server, job, body.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}: {job}");
+        assert_eq!(
+            (
+                job["overlapPolicy"].as_str(),
+                job["allowConcurrent"].as_bool()
+            ),
+            (Some(policy), Some(allow)),
+            "{body}"
+        );
+    }
+    let (status, problem) = put_job(&server, job, json!({"overlapPolicy": "serial"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "overlapPolicy", "{problem}");
+
+    let queued = create(
+        &server,
+        json!({"name": "queued", "handler": "demo.echo", "enabled": false, "timeoutMs": 0,
+               "overlapPolicy": "queue_one", "params": {"delayMs": 1500}}),
+    )
+    .await;
+    for _ in 0..3 {
+        run_once(&server, queued).await;
+    }
+    let runs = wait_for_runs(&store, queued, Duration::from_secs(30), |runs| {
+        runs.len() == 3 && runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    let mut statuses: Vec<&str> = runs.iter().map(|r| r.status.as_str()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, ["skipped", "success", "success"], "{runs:#?}");
+    let skipped = runs.iter().find(|r| r.status == "skipped").expect("skip");
+    assert!(skipped.output.contains("queue_one"), "{skipped:#?}");
+    let mut ran: Vec<_> = runs.iter().filter(|r| r.status == "success").collect();
+    ran.sort_by_key(|r| r.started_at);
+    assert!(
+        ran[1].started_at >= ran[0].finished_at.unwrap_or(i64::MAX),
+        "{runs:#?}"
+    );
+    assert!(ran[1].output.contains("waiting"), "{runs:#?}");
+}

@@ -37,6 +37,21 @@ pub enum RunTrigger {
     Misfire,
 }
 
+/// What a fire does while an earlier fire of its job still runs: `skip`
+/// records it `skipped`; `allow` runs both; `queue_one` lets one fire wait
+/// and start when the running one ends (a further one is skipped);
+/// `replace` stops the running fire (`cancelled`) and starts once it has
+/// really stopped. `allowConcurrent` is the compatible view (true ⇔
+/// `allow`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    Skip,
+    Allow,
+    QueueOne,
+    Replace,
+}
+
 /// The wait between attempts: `fixed` waits `retryIntervalMs` every time;
 /// `exponential` waits `retryIntervalMs` × 2^(n−1) before retry n, at most
 /// `retryMaxIntervalMs`.
@@ -170,6 +185,9 @@ pub struct JobDto {
     #[schema(value_type = MisfirePolicy)]
     pub misfire_policy: String,
     pub remark: String,
+    /// What a fire does while an earlier one of the job still runs.
+    #[schema(value_type = OverlapPolicy)]
+    pub overlap_policy: String,
     #[schema(value_type = RetryBackoff)]
     pub retry_backoff: String,
     /// The longest wait of `exponential` back-off, in ms.
@@ -202,6 +220,7 @@ impl JobDto {
             allow_concurrent: j.allow_concurrent,
             misfire_policy: j.misfire_policy,
             remark: j.remark,
+            overlap_policy: j.overlap_policy,
             retry_backoff: j.retry_backoff,
             retry_max_interval_ms: j.retry_max_interval_ms,
             retry_jitter: j.retry_jitter,
@@ -570,12 +589,17 @@ pub struct JobCreate {
     /// 0 = no limit; default 60000.
     #[schema(required = false, minimum = 0, maximum = 86400000)]
     pub timeout_ms: i64,
-    /// Default false.
+    /// Default false; the compatible view of `overlapPolicy` (true ⇔
+    /// `allow`).
     #[schema(required = false)]
     pub allow_concurrent: bool,
     /// Default `skip`.
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    /// Default: what `allowConcurrent` stands for (`allow` when true, else
+    /// `skip`); when given, it wins and `allowConcurrent` follows it.
+    #[schema(value_type = OverlapPolicy, required = false)]
+    pub overlap_policy: String,
     /// Default `fixed`.
     #[schema(value_type = RetryBackoff, required = false)]
     pub retry_backoff: String,
@@ -640,6 +664,10 @@ pub struct JobUpdate {
     pub allow_concurrent: bool,
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    /// When given it wins; an edit with only `allowConcurrent` sets `allow`
+    /// (true) or, from `allow`, `skip` (false).
+    #[schema(value_type = OverlapPolicy, required = false)]
+    pub overlap_policy: String,
     #[schema(value_type = RetryBackoff, required = false)]
     pub retry_backoff: String,
     /// At least `retryIntervalMs`.

@@ -41,7 +41,7 @@ pub const MAX_MAX_RUNS: i64 = 1_000_000_000;
 pub const DEFAULT_GROUP: &str = "default";
 
 /// Fields a client may write.
-pub const WRITABLE_FIELDS: [&str; 16] = [
+pub const WRITABLE_FIELDS: [&str; 17] = [
     "name",
     "group",
     "handler",
@@ -58,6 +58,7 @@ pub const WRITABLE_FIELDS: [&str; 16] = [
     "retryBackoff",
     "retryMaxIntervalMs",
     "retryJitter",
+    "overlapPolicy",
 ];
 
 /// The time rules of issue 11, writable once jobs store them (see
@@ -112,6 +113,56 @@ impl MisfirePolicy {
     }
 }
 
+/// What a fire does while an earlier fire of its job still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlapPolicy {
+    /// Recorded `skipped` (`allowConcurrent: false`).
+    Skip,
+    /// Both run (`allowConcurrent: true`).
+    Allow,
+    /// At most one fire waits and starts when the running one ends; a
+    /// further one is skipped.
+    QueueOne,
+    /// The running fire is stopped (`cancelled`) and this one starts once
+    /// it really has.
+    Replace,
+}
+
+impl OverlapPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverlapPolicy::Skip => "skip",
+            OverlapPolicy::Allow => "allow",
+            OverlapPolicy::QueueOne => "queue_one",
+            OverlapPolicy::Replace => "replace",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OverlapPolicy> {
+        Some(match s {
+            "skip" => OverlapPolicy::Skip,
+            "allow" => OverlapPolicy::Allow,
+            "queue_one" => OverlapPolicy::QueueOne,
+            "replace" => OverlapPolicy::Replace,
+            _ => return None,
+        })
+    }
+
+    /// The compatible view: `allowConcurrent` is true only for `allow`.
+    pub fn allows_concurrent(self) -> bool {
+        self == OverlapPolicy::Allow
+    }
+
+    /// The policy `allowConcurrent` stands for when no policy is given.
+    pub fn from_allow_concurrent(allow: bool) -> OverlapPolicy {
+        if allow {
+            OverlapPolicy::Allow
+        } else {
+            OverlapPolicy::Skip
+        }
+    }
+}
+
 /// A job that passed every rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
@@ -131,6 +182,8 @@ pub struct JobSpec {
     /// `retryBackoff`, `retryIntervalMs`, `retryMaxIntervalMs`,
     /// `retryJitter`: the wait before each retry.
     pub retry: RetryTiming,
+    /// `overlapPolicy`; `allow_concurrent` is its compatible view.
+    pub overlap_policy: OverlapPolicy,
 }
 
 /// The JSON object of a new job's defaults (params are filled per handler).
@@ -242,6 +295,7 @@ pub enum JobProblem {
     Cron(CronError),
     UnknownMisfirePolicy(String),
     UnknownRetryBackoff(String),
+    UnknownOverlapPolicy(String),
     /// `retryMaxIntervalMs` below `retryIntervalMs`.
     MaxIntervalBelowInterval {
         interval_ms: i64,
@@ -321,6 +375,12 @@ impl FieldError {
             }
             (JobProblem::UnknownMisfirePolicy(p), Lang::En) => {
                 format!("Misfire policy {p} does not exist: use skip or run_once")
+            }
+            (JobProblem::UnknownOverlapPolicy(p), Lang::Zh) => {
+                format!("重叠策略 {p} 不存在：只能是 skip、allow、queue_one 或 replace")
+            }
+            (JobProblem::UnknownOverlapPolicy(p), Lang::En) => {
+                format!("Overlap policy {p} does not exist: use skip, allow, queue_one or replace")
             }
             (JobProblem::UnknownRetryBackoff(b), Lang::Zh) => {
                 format!("重试间隔方式 {b} 不存在：只能是 fixed 或 exponential")
@@ -631,6 +691,12 @@ fn validate_into(
         None | Some(Value::Null) => Some(DEFAULT_RETRY_MAX_INTERVAL_MS),
         Some(_) => v.integer("retryMaxIntervalMs", 0, MAX_RETRY_MAX_INTERVAL_MS),
     };
+    // `overlapPolicy` wins; without it, `allowConcurrent` says which of
+    // today's two behaviours is meant.
+    let overlap = match input.get("overlapPolicy") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(v.text("overlapPolicy", 16, true)),
+    };
     let jitter = match input.get("retryJitter") {
         None | Some(Value::Null) => Some(false),
         Some(_) => v.boolean("retryJitter"),
@@ -695,6 +761,19 @@ fn validate_into(
         }
         _ => None,
     };
+    let overlap = match overlap {
+        None => allow_concurrent.map(OverlapPolicy::from_allow_concurrent),
+        Some(text) => text.and_then(|p| match OverlapPolicy::parse(&p) {
+            Some(p) => Some(p),
+            None => {
+                errors.push(FieldError::new(
+                    "overlapPolicy",
+                    JobProblem::UnknownOverlapPolicy(p),
+                ));
+                None
+            }
+        }),
+    };
     let misfire = misfire.and_then(|m| match MisfirePolicy::parse(&m) {
         Some(p) => Some(p),
         None => {
@@ -740,6 +819,7 @@ fn validate_into(
         misfire,
         remark,
         retry,
+        overlap,
     ) {
         (
             Some(name),
@@ -752,10 +832,11 @@ fn validate_into(
             Some(retry_count),
             Some(retry_interval_ms),
             Some(timeout_ms),
-            Some(allow_concurrent),
+            Some(_),
             Some(misfire_policy),
             Some(remark),
             Some(retry),
+            Some(overlap_policy),
         ) => Some(JobSpec {
             name,
             group,
@@ -768,10 +849,11 @@ fn validate_into(
             retry_count: retry_count as i32,
             retry_interval_ms,
             timeout_ms,
-            allow_concurrent,
+            allow_concurrent: overlap_policy.allows_concurrent(),
             misfire_policy,
             remark,
             retry,
+            overlap_policy,
         }),
         _ => None,
     }

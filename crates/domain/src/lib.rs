@@ -23,7 +23,7 @@ pub mod settings;
 
 pub use calendar::{Calendar, CalendarRule, DayKind};
 pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError, ParamsSchema};
-pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy};
+pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy, OverlapPolicy};
 pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};
 pub use retry::{RetryBackoff, RetryTiming};

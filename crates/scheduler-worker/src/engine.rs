@@ -495,6 +495,7 @@ struct Known {
     cron: Arc<CronExpr>,
     tz: Tz,
     allow_concurrent: bool,
+    waits: bool,
 }
 
 /// Everything the loop reacts to.
@@ -739,6 +740,7 @@ impl Loop {
             cron,
             tz: self.shared.zone_of(schedule.timezone.as_deref()),
             allow_concurrent: schedule.allow_concurrent,
+            waits: matches!(schedule.overlap_policy.as_str(), "queue_one" | "replace"),
         })
     }
 
@@ -793,8 +795,11 @@ impl Loop {
         let current = self.timers.armed(job_id);
         let same_schedule = current.is_some_and(|a| a.schedule_from == known.schedule_from);
         if same_schedule
-            && current
-                .is_some_and(|a| a.delay == delay && a.allow_concurrent == known.allow_concurrent)
+            && current.is_some_and(|a| {
+                a.delay == delay
+                    && a.allow_concurrent == known.allow_concurrent
+                    && a.waits == known.waits
+            })
         {
             return;
         }
@@ -810,6 +815,7 @@ impl Loop {
             cron: Arc::clone(&known.cron),
             tz: known.tz,
             allow_concurrent: known.allow_concurrent,
+            waits: known.waits,
             delay,
         };
         let from = known.schedule_from.max(line);

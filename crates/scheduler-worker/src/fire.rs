@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use qiwu_domain::params;
 use qiwu_domain::retry::{RetryBackoff, RetryTiming, jitter_seed};
-use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
+use qiwu_storage::{Change, EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
@@ -32,6 +32,9 @@ use crate::engine::{Shared, TimeoutInfo};
 use crate::handlers::Handler;
 use crate::lease::{LockLease, Slot};
 use crate::texts;
+
+/// How often a fire waiting its turn in a cluster tries the job's lock.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
 
 /// A claimed fire and everything it holds.
 pub(crate) struct Fire {
@@ -163,7 +166,11 @@ impl Fire {
             Ok(ready) => ready,
             Err(reason) => return self.end_at_once(RunStatus::Failed, "", &reason).await,
         };
-        if !self.job.allow_concurrent && self.slot.is_none() {
+        if self.job.waits_its_turn() {
+            if let Err((status, output, error)) = self.wait_turn(&mut stop).await {
+                return self.end_at_once(status, &output, &error).await;
+            }
+        } else if !self.job.allow_concurrent && self.slot.is_none() {
             match self.shared.slots.try_take(self.job.id) {
                 Some(slot) => self.slot = Some(slot),
                 None => {
@@ -173,7 +180,9 @@ impl Fire {
                 }
             }
         }
-        if let Err((status, output, error)) = self.take_lock().await {
+        if !self.job.waits_its_turn()
+            && let Err((status, output, error)) = self.take_lock().await
+        {
             return self.end_at_once(status, output, error).await;
         }
         crate::observe::fire_started(self.trigger, self.scheduled_at, self.shared.clock.now());
@@ -254,6 +263,132 @@ impl Fire {
             texts::params_invalid(&list)
         })?;
         Ok((handler, params))
+    }
+
+    /// For `queue_one` and `replace`: waits until the running fire of the
+    /// job has ended (its slot here; in a cluster, its lock), having asked
+    /// it to stop first for `replace`. `Err` is how the run ends instead: a
+    /// second fire waiting (`queue_one`), a cancel, shutdown, Redis gone.
+    async fn wait_turn(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), (RunStatus, String, String)> {
+        let asked = tokio::time::Instant::now();
+        // Whether anything ran before this fire's turn came.
+        let mut waited = false;
+        let job_id = self.job.id;
+        let fires = self.shared.store.fires();
+        if self.job.overlap_policy == "replace" {
+            let by = texts::replaced_by(self.scheduled_at);
+            match fires
+                .cancel_others(job_id, self.run_id, &by, self.shared.clock.now())
+                .await
+            {
+                Ok(replaced) => {
+                    waited = !replaced.is_empty();
+                    for run in replaced {
+                        tracing::info!(job = job_id, run, "replacing the running fire");
+                        self.shared.cancels.check_now();
+                        if let Some(cluster) = &self.shared.config.cluster
+                            && let Err(e) = cluster.coord.publish(Change::Cancel(run)).await
+                        {
+                            // Its instance still finds the request within seconds.
+                            tracing::warn!(run, error = %e, "cannot announce the replacement");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot ask the running fire to stop; waiting for it")
+                }
+            }
+        } else {
+            match fires.running_before(job_id, self.run_id).await {
+                // The running fire and one already waiting.
+                Ok(n) if n >= 2 => {
+                    return Err((
+                        RunStatus::Skipped,
+                        texts::SKIP_QUEUE_FULL.into(),
+                        String::new(),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot count waiting fires; waiting")
+                }
+            }
+        }
+        let mut cancel = Cancels::watch(&self.shared, self.run_id);
+        let stopping = || {
+            (
+                RunStatus::Failed,
+                String::new(),
+                texts::REASON_SHUTDOWN.to_string(),
+            )
+        };
+        if self.slot.is_none() {
+            self.slot = self.shared.slots.try_take(job_id);
+        }
+        if self.slot.is_none() {
+            let slots = self.shared.slots.clone();
+            waited = true;
+            tokio::select! {
+                slot = slots.take(job_id) => self.slot = Some(slot),
+                () = shutting_down(stop) => return Err(stopping()),
+                by = cancel.cancelled() => {
+                    return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                }
+            }
+        }
+        if let Some(cluster) = &self.shared.config.cluster {
+            loop {
+                match LockLease::acquire(
+                    &cluster.coord,
+                    job_id,
+                    &self.shared.config.instance,
+                    cluster.lock_ttl,
+                )
+                .await
+                {
+                    Ok(Some(lease)) => {
+                        crate::observe::lock_event("lock.acquired", job_id, lease.token());
+                        self.lock = Some(lease);
+                        break;
+                    }
+                    Ok(None) => waited = true,
+                    Err(e) => {
+                        tracing::warn!(job = job_id, error = %e, "job lock unavailable");
+                        return Err((
+                            RunStatus::Failed,
+                            String::new(),
+                            texts::LOCK_UNAVAILABLE.to_string(),
+                        ));
+                    }
+                }
+                // The holder runs elsewhere: its end frees the lock.
+                tokio::select! {
+                    () = tokio::time::sleep(LOCK_RETRY) => {}
+                    () = shutting_down(stop) => return Err(stopping()),
+                    by = cancel.cancelled() => {
+                        return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                    }
+                }
+            }
+        }
+        // Its run starts now, after the one before ended.
+        if waited {
+            let note = texts::waited(asked.elapsed().as_millis());
+            self.note = Some(match self.note.take() {
+                Some(first) => format!("{first}\n{note}"),
+                None => note,
+            });
+            if let Err(e) = fires
+                .restart_run(self.run_id, self.shared.clock.now())
+                .await
+            {
+                tracing::warn!(run = self.run_id, error = %e, "cannot move the waited run's start");
+            }
+        }
+        Ok(())
     }
 
     /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`

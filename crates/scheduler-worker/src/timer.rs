@@ -26,6 +26,9 @@ pub struct Armed {
     pub cron: Arc<CronExpr>,
     pub tz: Tz,
     pub allow_concurrent: bool,
+    /// A fire waits for the running one instead of being skipped
+    /// (`queue_one`, `replace`).
+    pub waits: bool,
     /// How long after each fire time this instance claims it (0 for the
     /// job's primary owner, later for its backup).
     pub delay: Duration,
@@ -169,6 +172,7 @@ mod tests {
             cron: Arc::new(CronExpr::parse(cron).expect("cron")),
             tz: chrono_tz::UTC,
             allow_concurrent: false,
+            waits: false,
             delay: Duration::ZERO,
         }
     }

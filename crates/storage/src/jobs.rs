@@ -39,6 +39,8 @@ pub struct NewJob {
     pub retry_backoff: String,
     pub retry_max_interval_ms: i64,
     pub retry_jitter: bool,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
     /// Only used by create; update never changes it.
     pub builtin_key: Option<String>,
 }
@@ -64,6 +66,8 @@ pub struct JobRecord {
     pub retry_backoff: String,
     pub retry_max_interval_ms: i64,
     pub retry_jitter: bool,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
     pub version: i64,
     /// When the current schedule (cron, zone, enabled) took effect: timers
     /// armed from another schedule claim nothing, and no fire time at or
@@ -74,6 +78,14 @@ pub struct JobRecord {
     pub created_by: String,
     pub updated_at: DateTime<Utc>,
     pub updated_by: String,
+}
+
+impl JobRecord {
+    /// A fire of this job waits for the running one instead of being
+    /// skipped (`queue_one`, `replace`).
+    pub fn waits_its_turn(&self) -> bool {
+        matches!(self.overlap_policy.as_str(), "queue_one" | "replace")
+    }
 }
 
 impl TryFrom<job::Model> for JobRecord {
@@ -101,6 +113,7 @@ impl TryFrom<job::Model> for JobRecord {
             retry_backoff: m.retry_backoff,
             retry_max_interval_ms: m.retry_max_interval_ms,
             retry_jitter: m.retry_jitter,
+            overlap_policy: m.overlap_policy,
             version: m.version,
             schedule_from: from_millis(m.schedule_from)?,
             builtin_key: m.builtin_key,
@@ -122,12 +135,14 @@ pub struct JobSchedule {
     pub timezone: Option<String>,
     pub schedule_from: DateTime<Utc>,
     pub allow_concurrent: bool,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
 }
 
-type ScheduleRow = (i64, bool, String, Option<String>, i64, bool);
+type ScheduleRow = (i64, bool, String, Option<String>, i64, bool, String);
 
 fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
-    let (id, enabled, cron, timezone, schedule_from, allow_concurrent) = row;
+    let (id, enabled, cron, timezone, schedule_from, allow_concurrent, overlap_policy) = row;
     Ok(JobSchedule {
         id,
         enabled,
@@ -135,6 +150,7 @@ fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
         timezone,
         schedule_from: from_millis(schedule_from)?,
         allow_concurrent,
+        overlap_policy,
     })
 }
 
@@ -147,6 +163,7 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
         .column(Column::Timezone)
         .column(Column::ScheduleFrom)
         .column(Column::AllowConcurrent)
+        .column(Column::OverlapPolicy)
 }
 
 /// Filters of the job list; `None` means "any".
@@ -514,6 +531,7 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         retry_backoff: Set(job.retry_backoff.clone()),
         retry_max_interval_ms: Set(job.retry_max_interval_ms),
         retry_jitter: Set(job.retry_jitter),
+        overlap_policy: Set(job.overlap_policy.clone()),
         version: NotSet,
         schedule_from: NotSet,
         builtin_key: NotSet,

@@ -116,6 +116,7 @@ fn to_new_job(spec: JobSpec, builtin_key: Option<String>) -> NewJob {
         retry_backoff: spec.retry.backoff.as_str().to_string(),
         retry_max_interval_ms: spec.retry.max_interval_ms,
         retry_jitter: spec.retry.jitter,
+        overlap_policy: spec.overlap_policy.as_str().to_string(),
         builtin_key,
     }
 }
@@ -139,6 +140,7 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "retryBackoff": job.retry_backoff,
         "retryMaxIntervalMs": job.retry_max_interval_ms,
         "retryJitter": job.retry_jitter,
+        "overlapPolicy": job.overlap_policy,
     }) else {
         return Map::new();
     };
@@ -334,6 +336,15 @@ pub async fn update_job(
     };
     let current = load(&state, lang, id).await?;
     let mut input = writable(&current);
+    // An edit that sets only the compatible `allowConcurrent` means the
+    // policy it stands for, except that `false` keeps a policy that does
+    // not run fires in parallel (`queue_one`, `replace`).
+    if !body.contains_key("overlapPolicy")
+        && let Some(Value::Bool(allow)) = body.get("allowConcurrent")
+        && (*allow || current.allow_concurrent)
+    {
+        input.remove("overlapPolicy");
+    }
     input.extend(body);
     // The manual's rule for a new handler: params that are empty or still
     // the old handler's defaults become the new handler's defaults.

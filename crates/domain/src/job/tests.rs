@@ -730,3 +730,49 @@ fn retry_timing_is_read_and_absent_fields_keep_todays_fixed_interval() {
     assert_eq!(spec.retry.interval_ms, 2000);
     assert!(!spec.retry.jitter);
 }
+
+#[test]
+fn overlap_policy_and_its_compatible_view() {
+    use crate::OverlapPolicy::{Allow, QueueOne, Replace, Skip};
+    let cases: [(Value, OverlapPolicy, bool); 7] = [
+        (json!({}), Skip, false),
+        (json!({"allowConcurrent": true}), Allow, true),
+        (json!({"overlapPolicy": "allow"}), Allow, true),
+        (json!({"overlapPolicy": "queue_one"}), QueueOne, false),
+        // The policy wins over the view it replaces.
+        (
+            json!({"overlapPolicy": "replace", "allowConcurrent": true}),
+            Replace,
+            false,
+        ),
+        (
+            json!({"overlapPolicy": "skip", "allowConcurrent": true}),
+            Skip,
+            false,
+        ),
+        (
+            json!({"overlapPolicy": null, "allowConcurrent": true}),
+            Allow,
+            true,
+        ),
+    ];
+    for (patch, policy, allow) in cases {
+        let spec = validate(&input(patch.clone()), &catalog(), &groups()).expect("valid");
+        assert_eq!(
+            (spec.overlap_policy, spec.allow_concurrent),
+            (policy, allow),
+            "{patch}"
+        );
+    }
+    let errors = validate(
+        &input(json!({"overlapPolicy": "serial"})),
+        &catalog(),
+        &groups(),
+    )
+    .expect_err("invalid");
+    assert_eq!(errors[0].field, "overlapPolicy");
+    assert!(
+        errors[0].message(Lang::En).contains("queue_one"),
+        "{errors:?}"
+    );
+}
