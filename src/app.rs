@@ -65,6 +65,13 @@ impl ChangeListener for Changes {
         }
         self.publish(Change::Fire(fire_id));
     }
+
+    fn run_cancel_requested(&self, run_id: i64) {
+        if let Some(local) = &self.local {
+            local.send(EngineCommand::CancelRequested(run_id));
+        }
+        self.publish(Change::Cancel(run_id));
+    }
 }
 
 /// Which parts a process runs.

@@ -329,6 +329,168 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_cancelled_on_the_worker_running_it_even_when_the_message_is_lost() {
+    let mut cluster = Cluster::start(Db::Postgres, 2);
+    let job = cluster
+        .create(json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "retryCount": 2, "params": {"delayMs": 600000}}))
+        .await;
+    let store = cluster.store().await;
+    let run_once = || async {
+        let resp = client()
+            .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+            .bearer_auth(admin_token())
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    };
+    // Through the API: the api process tells the workers over Redis.
+    run_once().await;
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let run = runs[0].id;
+    let asked = std::time::Instant::now();
+    let resp = client()
+        .post(cluster.api.url(&format!("/api/runs/{run}/cancel")))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(runs.len(), 1, "never retried: {runs:#?}");
+    assert_eq!(runs[0].status, "cancelled");
+    assert!(runs[0].error.contains("Cancelled by admin"), "{runs:#?}");
+    assert!(runs[0].instance.starts_with('w'), "{runs:#?}");
+    // A request no message announces: the worker running it reads it.
+    run_once().await;
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let second = runs
+        .iter()
+        .find(|r| r.status == "running")
+        .expect("running")
+        .id;
+    let asked = std::time::Instant::now();
+    store
+        .runs()
+        .request_cancel(second, "apikey:ops", chrono::Utc::now())
+        .await
+        .expect("request");
+    let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        asked.elapsed()
+    );
+    let second = runs.iter().find(|r| r.id == second).expect("run");
+    assert_eq!(second.status, "cancelled", "{runs:#?}");
+    assert!(second.error.contains("apikey:ops"), "{runs:#?}");
+    // Cancelling it again is a conflict.
+    let resp = client()
+        .post(cluster.api.url(&format!("/api/runs/{}/cancel", second.id)))
+        .bearer_auth(admin_token())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    cluster.stop_workers();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_stops_the_running_fire_on_another_worker_before_the_next_starts() {
+    let mut cluster = Cluster::start(Db::Postgres, 2);
+    // Every 3 s, 20 s of work: each fire replaces the one before, wherever
+    // it runs (the job's owners are two workers, and run-once fires go to
+    // whichever worker takes them).
+    let job = cluster
+        .create(
+            json!({"name": "replaced", "handler": "demo.echo", "cron": "*/3 * * * * *",
+                       "timeoutMs": 0, "overlapPolicy": "replace", "params": {"delayMs": 20000}}),
+        )
+        .await;
+    let store = cluster.store().await;
+    let mut manual = 0;
+    loop {
+        let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
+            runs.iter().any(|r| r.status == "running")
+        })
+        .await;
+        if runs.iter().filter(|r| r.status == "cancelled").count() >= 4 {
+            break;
+        }
+        // Run-once fires land on either worker, replacing across them.
+        if manual < 3 {
+            manual += 1;
+            let resp = client()
+                .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+                .bearer_auth(admin_token())
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    cluster.stop_workers();
+    let runs = all_runs(&store)
+        .await
+        .into_iter()
+        .filter(|r| r.job_id == job)
+        .collect::<Vec<_>>();
+    // Never two at once: each started after the one it replaced ended
+    // (times from two workers' clocks, each corrected against the
+    // database's, may disagree by a few tens of ms).
+    let mut spans: Vec<(i64, i64, &str)> = runs
+        .iter()
+        .filter(|r| r.status != "skipped")
+        .map(|r| {
+            (
+                r.started_at,
+                r.finished_at.unwrap_or(i64::MAX),
+                r.instance.as_str(),
+            )
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        let skew = if pair[0].2 == pair[1].2 { 0 } else { 200 };
+        assert!(pair[1].0 + skew >= pair[0].1, "overlapping runs: {pair:?}");
+    }
+    let cancelled: Vec<_> = runs.iter().filter(|r| r.status == "cancelled").collect();
+    assert!(
+        cancelled
+            .iter()
+            .all(|r| r.error.contains("Replaced by the fire of")),
+        "{cancelled:#?}"
+    );
+    // Replaced across workers at least once.
+    let mut by_start: Vec<_> = runs.iter().filter(|r| r.status != "skipped").collect();
+    by_start.sort_by_key(|r| r.started_at);
+    assert!(
+        by_start
+            .windows(2)
+            .any(|p| p[0].status == "cancelled" && p[0].instance != p[1].instance),
+        "{by_start:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runs_of_a_worker_that_stops_heart_beating_are_closed() {
     let mut cluster = Cluster::start(Db::Postgres, 2);
     let job = cluster

@@ -213,6 +213,8 @@ async fn insert_runs(store: &Store, runs: &[NewRun]) -> Vec<i64> {
             swept_at: Set(None),
             deleted_at: Set(r.deleted.then_some(r.started_at + 1)),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         };
         let res = run::Entity::insert(model)
             .exec(store.connection())

@@ -26,6 +26,7 @@ pub enum Action {
     RunDelete,
     RunClear,
     RunExport,
+    RunCancel,
     /// Written by the storage crate with the change itself.
     SettingModify,
     /// Written by the storage crate with the change itself.
@@ -41,7 +42,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 21] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -52,6 +53,7 @@ impl Action {
         Action::RunDelete,
         Action::RunClear,
         Action::RunExport,
+        Action::RunCancel,
         Action::SettingModify,
         Action::TemplateModify,
         Action::ApiKeyCreate,
@@ -76,6 +78,7 @@ impl Action {
             Action::RunDelete => "run.delete",
             Action::RunClear => "run.clear",
             Action::RunExport => "run.export",
+            Action::RunCancel => "run.cancel",
             Action::SettingModify => qiwu_storage::SETTING_MODIFY_ACTION,
             Action::TemplateModify => qiwu_storage::TEMPLATE_MODIFY_ACTION,
             Action::ApiKeyCreate => "apikey.create",
@@ -106,6 +109,7 @@ impl Action {
             Action::RunDelete => ("删除执行记录", "Delete runs"),
             Action::RunClear => ("清空执行记录", "Clear runs"),
             Action::RunExport => ("导出执行记录", "Export runs"),
+            Action::RunCancel => ("取消执行", "Cancel run"),
             Action::SettingModify => ("修改参数", "Modify setting"),
             Action::TemplateModify => ("修改站内信模板", "Modify notification template"),
             Action::ApiKeyCreate => ("创建 API 密钥", "Create API key"),

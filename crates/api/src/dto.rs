@@ -14,7 +14,8 @@ use crate::error::ApiError;
 use crate::query::MAX_SAFE_INTEGER;
 use crate::schema;
 
-/// A run's status: `running` until its attempt ends.
+/// A run's status: `running` until its attempt ends; `cancelled` when
+/// someone stopped it (`cancelledBy` names who).
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -23,6 +24,7 @@ pub enum RunStatus {
     Failed,
     Skipped,
     Timeout,
+    Cancelled,
 }
 
 /// What started a fire: its schedule, a person or service ("run once"),
@@ -33,6 +35,31 @@ pub enum RunTrigger {
     Schedule,
     Manual,
     Misfire,
+}
+
+/// What a fire does while an earlier fire of its job still runs: `skip`
+/// records it `skipped`; `allow` runs both; `queue_one` lets one fire wait
+/// and start when the running one ends (a further one is skipped);
+/// `replace` stops the running fire (`cancelled`) and starts once it has
+/// really stopped. `allowConcurrent` is the compatible view (true ⇔
+/// `allow`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum OverlapPolicy {
+    Skip,
+    Allow,
+    QueueOne,
+    Replace,
+}
+
+/// The wait between attempts: `fixed` waits `retryIntervalMs` every time;
+/// `exponential` waits `retryIntervalMs` × 2^(n−1) before retry n, at most
+/// `retryMaxIntervalMs`.
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+pub enum RetryBackoff {
+    Fixed,
+    Exponential,
 }
 
 /// What to do with fire times missed while no instance ran: `skip`
@@ -179,6 +206,15 @@ pub struct JobDto {
     /// Each fire starts up to this many ms after its nominal time (the
     /// same delay on every worker); 0: on time.
     pub jitter_ms: i64,
+    /// What a fire does while an earlier one of the job still runs.
+    #[schema(value_type = OverlapPolicy)]
+    pub overlap_policy: String,
+    #[schema(value_type = RetryBackoff)]
+    pub retry_backoff: String,
+    /// The longest wait of `exponential` back-off, in ms.
+    pub retry_max_interval_ms: i64,
+    /// Full jitter: each wait is a uniform random part of its delay.
+    pub retry_jitter: bool,
     /// Bumped by every change; send it back with updates.
     pub version: i64,
     pub builtin: bool,
@@ -223,6 +259,10 @@ impl JobDto {
             max_runs: j.time_rules.max_runs,
             scheduled_successes: j.scheduled_successes,
             jitter_ms: j.time_rules.jitter_ms,
+            overlap_policy: j.overlap_policy,
+            retry_backoff: j.retry_backoff,
+            retry_max_interval_ms: j.retry_max_interval_ms,
+            retry_jitter: j.retry_jitter,
             version: j.version,
             builtin: j.builtin_key.is_some(),
             created_at: j.created_at,
@@ -338,6 +378,10 @@ pub struct RunDetailDto {
     /// it up in Jaeger or Tempo; null when tracing was off, the trace was
     /// not sampled, or the run never started (skipped at its claim).
     pub trace_id: Option<String>,
+    /// Who asked to cancel the run (a user's `sub`, or `apikey:` and the
+    /// key's name); null when nobody did. Set while a running run is being
+    /// stopped, and kept once it ended `cancelled`.
+    pub cancelled_by: Option<String>,
 }
 
 impl RunDetailDto {
@@ -345,13 +389,26 @@ impl RunDetailDto {
         let output = std::mem::take(&mut r.output);
         let error = std::mem::take(&mut r.error);
         let trace_id = r.trace_id.take();
+        let cancelled_by = r.cancelled_by.take();
         RunDetailDto {
             run: RunSummaryDto::new(r),
             output,
             error,
             trace_id,
+            cancelled_by,
         }
     }
+}
+
+/// A cancel request was stored.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelAccepted {
+    #[schema(minimum = 1, maximum = 9007199254740991_i64)]
+    pub run_id: i64,
+    /// Who asked first (a later request keeps the first one's name).
+    pub cancelled_by: String,
+    pub message: String,
 }
 
 /// A page of the run log.
@@ -577,12 +634,28 @@ pub struct JobCreate {
     /// 0 = no limit; default 60000.
     #[schema(required = false, minimum = 0, maximum = 86400000)]
     pub timeout_ms: i64,
-    /// Default false.
+    /// Default false; the compatible view of `overlapPolicy` (true ⇔
+    /// `allow`).
     #[schema(required = false)]
     pub allow_concurrent: bool,
     /// Default `skip`.
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    /// Default: what `allowConcurrent` stands for (`allow` when true, else
+    /// `skip`); when given, it wins and `allowConcurrent` follows it.
+    #[schema(value_type = OverlapPolicy, required = false)]
+    pub overlap_policy: String,
+    /// Default `fixed`.
+    #[schema(value_type = RetryBackoff, required = false)]
+    pub retry_backoff: String,
+    /// The longest wait of `exponential` back-off; at least
+    /// `retryIntervalMs`; default 3600000.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub retry_max_interval_ms: i64,
+    /// Full jitter (each wait a uniform random part of its delay); default
+    /// false.
+    #[schema(required = false)]
+    pub retry_jitter: bool,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
@@ -684,6 +757,17 @@ pub struct JobUpdate {
     pub allow_concurrent: bool,
     #[schema(value_type = MisfirePolicy, required = false)]
     pub misfire_policy: String,
+    /// When given it wins; an edit with only `allowConcurrent` sets `allow`
+    /// (true) or, from `allow`, `skip` (false).
+    #[schema(value_type = OverlapPolicy, required = false)]
+    pub overlap_policy: String,
+    #[schema(value_type = RetryBackoff, required = false)]
+    pub retry_backoff: String,
+    /// At least `retryIntervalMs`.
+    #[schema(required = false, minimum = 0, maximum = 86400000)]
+    pub retry_max_interval_ms: i64,
+    #[schema(required = false)]
+    pub retry_jitter: bool,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]

@@ -126,6 +126,7 @@ fn status_label(lang: Lang, status: &str) -> &str {
         "failed" => ("失败", "Failed"),
         "skipped" => ("已跳过", "Skipped"),
         "timeout" => ("超时", "Timed out"),
+        "cancelled" => ("已取消", "Cancelled"),
         other => return other,
     };
     lang.pick(zh, en)

@@ -56,6 +56,7 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(runs::export_runs)
         .service(runs::batch_delete_runs)
         .service(runs::clear_runs)
+        .service(runs::cancel_run)
         .service(runs::get_run)
         .service(runs::delete_run)
         .service(audit_logs::list_audit_logs);

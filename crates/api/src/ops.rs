@@ -103,6 +103,7 @@ fn status_code(status: Option<&str>) -> i64 {
         Some("timeout") => 3,
         Some("skipped") => 4,
         Some("running") => 5,
+        Some("cancelled") => 6,
         Some(_) => -1,
     }
 }
@@ -187,7 +188,7 @@ fn register_database(r: &mut Registry, db: &DbSnapshot, now: DateTime<Utc>) {
     );
     r.register(
         "job_last_run_status",
-        "Per enabled job: its latest run's status: 0 never ran, 1 success, 2 failed, 3 timeout, 4 skipped, 5 running",
+        "Per enabled job: its latest run's status: 0 never ran, 1 success, 2 failed, 3 timeout, 4 skipped, 5 running, 6 cancelled",
         last_status,
     );
     r.register_with_unit(
@@ -396,6 +397,7 @@ mod tests {
             (Some("timeout"), 3),
             (Some("skipped"), 4),
             (Some("running"), 5),
+            (Some("cancelled"), 6),
         ];
         for (status, code) in cases {
             assert_eq!(status_code(status), code, "{status:?}");

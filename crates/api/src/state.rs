@@ -13,6 +13,8 @@ use crate::auth::JwtKeys;
 pub trait ChangeListener: Send + Sync {
     fn job_changed(&self, job_id: i64);
     fn fire_queued(&self, fire_id: i64);
+    /// A cancel request for this run was stored.
+    fn run_cancel_requested(&self, run_id: i64);
 }
 
 /// A listener for processes that run no timers.
@@ -21,6 +23,7 @@ pub struct NoListener;
 impl ChangeListener for NoListener {
     fn job_changed(&self, _job_id: i64) {}
     fn fire_queued(&self, _fire_id: i64) {}
+    fn run_cancel_requested(&self, _run_id: i64) {}
 }
 
 #[derive(Clone)]

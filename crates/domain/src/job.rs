@@ -20,6 +20,7 @@ use crate::cron::{CronError, CronExpr};
 use crate::handler::HandlerCatalog;
 use crate::lang::Lang;
 use crate::params::{self, ParamError};
+use crate::retry::{RetryBackoff, RetryTiming};
 use crate::schedule::{self, MAX_JITTER_MS, Schedule, ScheduleError};
 
 pub const MAX_NAME_CHARS: usize = 64;
@@ -28,6 +29,10 @@ pub const MAX_RETRY_COUNT: i64 = 10;
 pub const MAX_RETRY_INTERVAL_MS: i64 = 3_600_000;
 pub const MAX_TIMEOUT_MS: i64 = 86_400_000;
 pub const DEFAULT_CRON: &str = "0 0 0 * * *";
+/// Longest wait between two attempts (`retryMaxIntervalMs`): one day.
+pub const MAX_RETRY_MAX_INTERVAL_MS: i64 = 86_400_000;
+/// `retryMaxIntervalMs` when absent: an hour (the longest fixed interval).
+pub const DEFAULT_RETRY_MAX_INTERVAL_MS: i64 = 3_600_000;
 /// Longest catch-up window: 30 days (0 means unlimited).
 pub const MAX_MISFIRE_GRACE_MS: i64 = 2_592_000_000;
 /// Most successful scheduled fires `maxRuns` may allow.
@@ -35,7 +40,7 @@ pub const MAX_MAX_RUNS: i64 = 1_000_000_000;
 pub const DEFAULT_GROUP: &str = "default";
 
 /// Fields a client may write.
-pub const WRITABLE_FIELDS: [&str; 13] = [
+pub const WRITABLE_FIELDS: [&str; 17] = [
     "name",
     "group",
     "handler",
@@ -49,6 +54,10 @@ pub const WRITABLE_FIELDS: [&str; 13] = [
     "allowConcurrent",
     "misfirePolicy",
     "remark",
+    "retryBackoff",
+    "retryMaxIntervalMs",
+    "retryJitter",
+    "overlapPolicy",
 ];
 
 /// The time rules of issue 11 (see [`validate_with_time_rules`]).
@@ -102,6 +111,56 @@ impl MisfirePolicy {
     }
 }
 
+/// What a fire does while an earlier fire of its job still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlapPolicy {
+    /// Recorded `skipped` (`allowConcurrent: false`).
+    Skip,
+    /// Both run (`allowConcurrent: true`).
+    Allow,
+    /// At most one fire waits and starts when the running one ends; a
+    /// further one is skipped.
+    QueueOne,
+    /// The running fire is stopped (`cancelled`) and this one starts once
+    /// it really has.
+    Replace,
+}
+
+impl OverlapPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverlapPolicy::Skip => "skip",
+            OverlapPolicy::Allow => "allow",
+            OverlapPolicy::QueueOne => "queue_one",
+            OverlapPolicy::Replace => "replace",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OverlapPolicy> {
+        Some(match s {
+            "skip" => OverlapPolicy::Skip,
+            "allow" => OverlapPolicy::Allow,
+            "queue_one" => OverlapPolicy::QueueOne,
+            "replace" => OverlapPolicy::Replace,
+            _ => return None,
+        })
+    }
+
+    /// The compatible view: `allowConcurrent` is true only for `allow`.
+    pub fn allows_concurrent(self) -> bool {
+        self == OverlapPolicy::Allow
+    }
+
+    /// The policy `allowConcurrent` stands for when no policy is given.
+    pub fn from_allow_concurrent(allow: bool) -> OverlapPolicy {
+        if allow {
+            OverlapPolicy::Allow
+        } else {
+            OverlapPolicy::Skip
+        }
+    }
+}
+
 /// A job that passed every rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSpec {
@@ -118,6 +177,11 @@ pub struct JobSpec {
     pub allow_concurrent: bool,
     pub misfire_policy: MisfirePolicy,
     pub remark: String,
+    /// `retryBackoff`, `retryIntervalMs`, `retryMaxIntervalMs`,
+    /// `retryJitter`: the wait before each retry.
+    pub retry: RetryTiming,
+    /// `overlapPolicy`; `allow_concurrent` is its compatible view.
+    pub overlap_policy: OverlapPolicy,
 }
 
 /// The JSON object of a new job's defaults (params are filled per handler).
@@ -134,6 +198,9 @@ pub fn defaults() -> Map<String, Value> {
         "allowConcurrent": false,
         "misfirePolicy": "skip",
         "remark": "",
+        "retryBackoff": "fixed",
+        "retryMaxIntervalMs": DEFAULT_RETRY_MAX_INTERVAL_MS,
+        "retryJitter": false,
     }) else {
         return Map::new();
     };
@@ -225,6 +292,12 @@ pub enum JobProblem {
     UnknownTimezone(String),
     Cron(CronError),
     UnknownMisfirePolicy(String),
+    UnknownRetryBackoff(String),
+    UnknownOverlapPolicy(String),
+    /// `retryMaxIntervalMs` below `retryIntervalMs`.
+    MaxIntervalBelowInterval {
+        interval_ms: i64,
+    },
     Param(ParamError),
     UnknownCalendar(String),
     UnknownCalendarRule(String),
@@ -305,6 +378,24 @@ impl FieldError {
             }
             (JobProblem::UnknownMisfirePolicy(p), Lang::En) => {
                 format!("Misfire policy {p} does not exist: use skip or run_once")
+            }
+            (JobProblem::UnknownOverlapPolicy(p), Lang::Zh) => {
+                format!("重叠策略 {p} 不存在：只能是 skip、allow、queue_one 或 replace")
+            }
+            (JobProblem::UnknownOverlapPolicy(p), Lang::En) => {
+                format!("Overlap policy {p} does not exist: use skip, allow, queue_one or replace")
+            }
+            (JobProblem::UnknownRetryBackoff(b), Lang::Zh) => {
+                format!("重试间隔方式 {b} 不存在：只能是 fixed 或 exponential")
+            }
+            (JobProblem::UnknownRetryBackoff(b), Lang::En) => {
+                format!("Retry backoff {b} does not exist: use fixed or exponential")
+            }
+            (JobProblem::MaxIntervalBelowInterval { interval_ms }, Lang::Zh) => {
+                format!("不能小于重试间隔 retryIntervalMs（{interval_ms} 毫秒）")
+            }
+            (JobProblem::MaxIntervalBelowInterval { interval_ms }, Lang::En) => {
+                format!("Must not be less than retryIntervalMs ({interval_ms} ms)")
             }
             (JobProblem::Param(e), _) => e.message(lang),
             (JobProblem::UnknownCalendar(code), Lang::Zh) => {
@@ -610,6 +701,25 @@ fn validate_into(
     let allow_concurrent = v.boolean("allowConcurrent");
     let misfire = v.text("misfirePolicy", 16, true);
     let remark = v.plain_text("remark", MAX_REMARK_CHARS, false);
+    // Absent in what older callers send: today's fixed interval.
+    let backoff = match input.get("retryBackoff") {
+        None | Some(Value::Null) => Some(RetryBackoff::Fixed.as_str().to_string()),
+        Some(_) => v.text("retryBackoff", 16, true),
+    };
+    let max_interval = match input.get("retryMaxIntervalMs") {
+        None | Some(Value::Null) => Some(DEFAULT_RETRY_MAX_INTERVAL_MS),
+        Some(_) => v.integer("retryMaxIntervalMs", 0, MAX_RETRY_MAX_INTERVAL_MS),
+    };
+    // `overlapPolicy` wins; without it, `allowConcurrent` says which of
+    // today's two behaviours is meant.
+    let overlap = match input.get("overlapPolicy") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(v.text("overlapPolicy", 16, true)),
+    };
+    let jitter = match input.get("retryJitter") {
+        None | Some(Value::Null) => Some(false),
+        Some(_) => v.boolean("retryJitter"),
+    };
 
     if let Some(g) = &group
         && !groups.iter().any(|known| known == g)
@@ -636,6 +746,52 @@ fn validate_into(
         },
         Some(None) => Some(None),
         None => None,
+    };
+    let backoff = backoff.and_then(|b| match RetryBackoff::parse(&b) {
+        Some(b) => Some(b),
+        None => {
+            errors.push(FieldError::new(
+                "retryBackoff",
+                JobProblem::UnknownRetryBackoff(b),
+            ));
+            None
+        }
+    });
+    let max_interval = match (max_interval, retry_interval_ms) {
+        (Some(max), Some(interval)) if max < interval => {
+            errors.push(FieldError::new(
+                "retryMaxIntervalMs",
+                JobProblem::MaxIntervalBelowInterval {
+                    interval_ms: interval,
+                },
+            ));
+            None
+        }
+        (max, _) => max,
+    };
+    let retry = match (backoff, retry_interval_ms, max_interval, jitter) {
+        (Some(backoff), Some(interval_ms), Some(max_interval_ms), Some(jitter)) => {
+            Some(RetryTiming {
+                backoff,
+                interval_ms,
+                max_interval_ms,
+                jitter,
+            })
+        }
+        _ => None,
+    };
+    let overlap = match overlap {
+        None => allow_concurrent.map(OverlapPolicy::from_allow_concurrent),
+        Some(text) => text.and_then(|p| match OverlapPolicy::parse(&p) {
+            Some(p) => Some(p),
+            None => {
+                errors.push(FieldError::new(
+                    "overlapPolicy",
+                    JobProblem::UnknownOverlapPolicy(p),
+                ));
+                None
+            }
+        }),
     };
     let misfire = misfire.and_then(|m| match MisfirePolicy::parse(&m) {
         Some(p) => Some(p),
@@ -681,6 +837,8 @@ fn validate_into(
         allow_concurrent,
         misfire,
         remark,
+        retry,
+        overlap,
     ) {
         (
             Some(name),
@@ -693,9 +851,11 @@ fn validate_into(
             Some(retry_count),
             Some(retry_interval_ms),
             Some(timeout_ms),
-            Some(allow_concurrent),
+            Some(_),
             Some(misfire_policy),
             Some(remark),
+            Some(retry),
+            Some(overlap_policy),
         ) => Some(JobSpec {
             name,
             group,
@@ -708,9 +868,11 @@ fn validate_into(
             retry_count: retry_count as i32,
             retry_interval_ms,
             timeout_ms,
-            allow_concurrent,
+            allow_concurrent: overlap_policy.allows_concurrent(),
             misfire_policy,
             remark,
+            retry,
+            overlap_policy,
         }),
         _ => None,
     }

@@ -18,13 +18,15 @@ pub mod job;
 pub mod misfire;
 pub mod notify;
 pub mod params;
+pub mod retry;
 pub mod schedule;
 pub mod settings;
 
 pub use calendar::{Calendar, CalendarRule, DayKind};
 pub use handler::{HandlerCatalog, HandlerDescriptor, HandlerError};
-pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy, TimeRules};
+pub use job::{FieldError, JobProblem, JobSpec, MisfirePolicy, OverlapPolicy, TimeRules};
 pub use misfire::{MissReason, Missed};
 pub use params::{ParamError, ParamProblem};
 pub use params::{ParamsSchema, SchemaError};
+pub use retry::{RetryBackoff, RetryTiming};
 pub use schedule::Schedule;

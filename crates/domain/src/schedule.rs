@@ -493,7 +493,7 @@ pub fn day_start(date: NaiveDate, tz: Tz) -> Option<DateTime<Utc>> {
 /// SplitMix64's finaliser: a fixed, well-spread mix of 64 bits. Written out
 /// here (rather than a std hasher, whose output may change between
 /// releases) because every worker, of every version, must agree on it.
-fn mix64(x: u64) -> u64 {
+pub(crate) fn mix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

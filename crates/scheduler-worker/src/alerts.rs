@@ -554,6 +554,10 @@ mod tests {
                     misfire_policy: "skip".into(),
                     remark: String::new(),
                     builtin_key: None,
+                    retry_backoff: "fixed".into(),
+                    retry_max_interval_ms: 3_600_000,
+                    retry_jitter: false,
+                    overlap_policy: "skip".into(),
                     alert,
                     time_rules: Default::default(),
                 },
@@ -805,6 +809,10 @@ mod tests {
                     misfire_policy: "skip".into(),
                     remark: String::new(),
                     builtin_key: None,
+                    retry_backoff: "fixed".into(),
+                    retry_max_interval_ms: 3_600_000,
+                    retry_jitter: false,
+                    overlap_policy: "skip".into(),
                     alert: AlertPolicy {
                         channels: vec![feishu.id],
                         ..policy

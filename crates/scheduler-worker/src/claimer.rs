@@ -400,7 +400,9 @@ impl Claimer {
             let slot = (!armed.allow_concurrent)
                 .then(|| self.shared.slots.try_take(armed.job_id))
                 .flatten();
-            let first = if !armed.allow_concurrent && slot.is_none() {
+            // A job whose fires wait their turn is claimed running; its
+            // fire waits for the slot.
+            let first = if !armed.allow_concurrent && !armed.waits && slot.is_none() {
                 FirstRun::skipped(texts::SKIP_OVERLAP)
             } else {
                 FirstRun::running()

@@ -15,6 +15,8 @@ pub enum StopReason {
     Shutdown,
     /// The non-concurrency lock could not be renewed.
     LockLost,
+    /// Someone cancelled the run (or a newer fire replaced it).
+    Cancelled,
 }
 
 /// The sending half: the executor stops a handler with it.

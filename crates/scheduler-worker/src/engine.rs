@@ -20,6 +20,7 @@ use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
+use crate::cancels::{Cancels, cancel_loop};
 use crate::claimer::{Claimer, Feedback, Request};
 use crate::clock::{Clock, MAX_SLEEP, sleep_for};
 use crate::cluster::{ClusterConfig, Heartbeat, Membership, heartbeat_loop};
@@ -54,6 +55,9 @@ pub enum Command {
     FireQueued(i64),
     /// Read the jobs again (after a lost subscription, say).
     Reconcile,
+    /// Someone asked to cancel this run: check this instance's running
+    /// runs against the database.
+    CancelRequested(i64),
 }
 
 /// Sends commands to a running engine; cheap to clone.
@@ -127,6 +131,8 @@ pub(crate) struct Shared {
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
     pub slots: Slots,
+    /// The running runs here, and their cancel signals.
+    pub cancels: Cancels,
     pub recorder: Recorder,
     /// Bounds the fires in flight.
     pub permits: Arc<Semaphore>,
@@ -203,6 +209,7 @@ impl Engine {
             config,
             clock,
             slots: Slots::default(),
+            cancels: Cancels::default(),
             recorder,
             permits,
             tracker: TaskTracker::new(),
@@ -276,13 +283,15 @@ impl Engine {
     }
 }
 
-/// The heart-beat and the change subscription of a cluster worker.
+/// The cancel checks, and the heart-beat and the change subscription of
+/// a cluster worker.
 fn start_helpers(
     shared: &Arc<Shared>,
     sender: &mpsc::UnboundedSender<Command>,
     shutdown: &watch::Receiver<bool>,
 ) -> tokio::task::JoinSet<()> {
     let mut helpers = tokio::task::JoinSet::new();
+    helpers.spawn(cancel_loop(Arc::clone(shared), shutdown.clone()));
     if let Some(cluster) = &shared.config.cluster {
         helpers.spawn(heartbeat_loop(
             Heartbeat {
@@ -499,6 +508,7 @@ struct Known {
     schedule_from: DateTime<Utc>,
     schedule: Arc<Schedule>,
     allow_concurrent: bool,
+    waits: bool,
 }
 
 /// Everything the loop reacts to.
@@ -586,6 +596,10 @@ impl Loop {
                 self.reload(id).await
             }
             Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
+            Event::Command(Command::CancelRequested(run_id)) => {
+                tracing::debug!(run = run_id, "cancel message");
+                self.shared.cancels.check_now();
+            }
             Event::Command(Command::Reconcile) | Event::Reconcile => {
                 self.reconcile().await;
                 self.poll_pending().await;
@@ -762,6 +776,7 @@ impl Loop {
             schedule_from: schedule.schedule_from,
             schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
+            waits: matches!(schedule.overlap_policy.as_str(), "queue_one" | "replace"),
         })
     }
 
@@ -816,8 +831,11 @@ impl Loop {
         let current = self.timers.armed(job_id);
         let same_schedule = current.is_some_and(|a| a.schedule_from == known.schedule_from);
         if same_schedule
-            && current
-                .is_some_and(|a| a.delay == delay && a.allow_concurrent == known.allow_concurrent)
+            && current.is_some_and(|a| {
+                a.delay == delay
+                    && a.allow_concurrent == known.allow_concurrent
+                    && a.waits == known.waits
+            })
         {
             return;
         }
@@ -832,6 +850,7 @@ impl Loop {
             schedule_from: known.schedule_from,
             schedule: Arc::clone(&known.schedule),
             allow_concurrent: known.allow_concurrent,
+            waits: known.waits,
             delay,
         };
         let from = known.schedule_from.max(line);
@@ -865,6 +884,7 @@ async fn forward_changes(
                         change = stream.next() => match change {
                             Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
                             Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
+                            Some(qiwu_storage::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
                             None => break,
                         },
                         () = shutting_down(&mut shutdown) => return,

@@ -51,6 +51,21 @@ impl Handler for Stubborn {
     }
 }
 
+/// Sleeps `ms`, stopping at once when told to.
+struct Polite;
+
+impl Handler for Polite {
+    fn run(&self, params: Map<String, Value>, mut ctx: RunContext) -> HandlerFuture {
+        let ms = params.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        Box::pin(async move {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => Ok("done".to_string()),
+                reason = ctx.stop.stopped() => Err(format!("stopped: {reason:?}")),
+            }
+        })
+    }
+}
+
 /// Fails at once with a 10 000-character error.
 struct Failing;
 
@@ -79,6 +94,10 @@ fn registry() -> Registry {
             descriptor("test.failing"),
             Arc::new(Failing) as Arc<dyn Handler>,
         ),
+        (
+            descriptor("test.polite"),
+            Arc::new(Polite) as Arc<dyn Handler>,
+        ),
     ])
     .expect("registry")
 }
@@ -94,6 +113,10 @@ fn job(name: &str, handler: &str, cron: &str) -> NewJob {
         enabled: true,
         retry_count: 0,
         retry_interval_ms: 1000,
+        retry_backoff: "fixed".into(),
+        retry_max_interval_ms: 3_600_000,
+        retry_jitter: false,
+        overlap_policy: "skip".into(),
         timeout_ms: 0,
         allow_concurrent: false,
         misfire_policy: "skip".into(),
@@ -418,6 +441,113 @@ async fn a_timeout_is_recorded_at_the_deadline_and_the_slot_held_until_the_handl
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_cancel_is_recorded_at_once_never_retried_and_the_slot_held_until_the_handler_returns() {
+    let mut stubborn = job("stubborn", "test.stubborn", "* * * * * *");
+    stubborn.params = json!({"ms": 4500});
+    stubborn.retry_count = 2;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs.first().is_some_and(|r| r.status == "running")
+        })
+        .await;
+    let first = runs[0].id;
+    h.pass(Duration::from_millis(300)).await;
+    let asked = h.now();
+    h.store
+        .runs()
+        .request_cancel(first, "alice", asked)
+        .await
+        .expect("request");
+    h.handle.send(Command::CancelRequested(first));
+    // The message makes the instance look at once: recorded within a step.
+    let runs = h
+        .until(job, Duration::from_secs(1), |runs| {
+            runs[0].status != "running"
+        })
+        .await;
+    let cancelled = &runs[0];
+    assert_eq!(cancelled.status, "cancelled", "{cancelled:?}");
+    assert!(
+        cancelled.error.contains("Cancelled by alice"),
+        "{cancelled:?}"
+    );
+    assert!(
+        cancelled.finished_at.unwrap_or(i64::MAX) <= ms(asked) + 2 * STEP.as_millis() as i64,
+        "{cancelled:?}"
+    );
+    // The handler ignores the stop and returns 4.5 s after it started:
+    // fires until then are skipped, the first one after it runs, and the
+    // cancelled fire has no second attempt.
+    let runs = h
+        .until(job, Duration::from_secs(20), |runs| {
+            runs.iter().skip(1).any(|r| r.status != "skipped")
+        })
+        .await;
+    let returned = cancelled.started_at + 4500;
+    let (during, after): (Vec<_>, Vec<_>) = runs[1..].iter().partition(|r| r.started_at < returned);
+    assert!(during.len() >= 3, "fires while the handler ran: {runs:#?}");
+    assert!(
+        during
+            .iter()
+            .all(|r| r.status == "skipped" && r.output == texts::SKIP_OVERLAP),
+        "{runs:#?}"
+    );
+    assert!(after.iter().any(|r| r.status != "skipped"), "{runs:#?}");
+    assert!(
+        runs.iter()
+            .all(|r| r.fire_id != cancelled.fire_id || r.attempt == 1),
+        "{runs:#?}"
+    );
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_whose_message_is_lost_is_found_in_the_database() {
+    let mut stubborn = job("stubborn", "test.stubborn", "0 0 0 1 1 *");
+    stubborn.params = json!({"ms": 6000});
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    h.run_once(job).await;
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs.first().is_some_and(|r| r.status == "running")
+        })
+        .await;
+    let asked = h.now();
+    h.store
+        .runs()
+        .request_cancel(runs[0].id, "bob", asked)
+        .await
+        .expect("request");
+    // No message: the instance's own check finds it within its period.
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs[0].status != "running"
+        })
+        .await;
+    assert_eq!(runs[0].status, "cancelled");
+    assert!(runs[0].error.contains("bob"), "{runs:?}");
+    let took = runs[0].finished_at.unwrap_or(i64::MAX) - ms(asked);
+    let period = crate::cancels::CHECK_EVERY.as_millis() as i64;
+    assert!(took <= period + 2 * STEP.as_millis() as i64, "{took} ms");
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn failures_are_retried_with_their_interval_and_errors_cut_to_4000_characters() {
     let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
     failing.retry_count = 2;
@@ -447,6 +577,185 @@ async fn failures_are_retried_with_their_interval_and_errors_cut_to_4000_charact
     for pair in runs.windows(2) {
         assert!(pair[1].started_at - pair[0].started_at >= 1500, "{pair:#?}");
     }
+    h.shut_down().await;
+}
+
+/// How late a retry may start: each attempt's end is written before the
+/// wait, and on a busy machine that write can outlast the bounded settle
+/// while the test steps the clock (observed: 250 ms). Well under the
+/// differences the retry tests tell apart.
+const RETRY_SLACK_MS: i64 = 500;
+
+#[tokio::test(start_paused = true)]
+async fn exponential_backoff_doubles_the_wait_up_to_its_cap() {
+    let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
+    failing.retry_count = 4;
+    failing.retry_interval_ms = 1000;
+    failing.retry_backoff = "exponential".into();
+    failing.retry_max_interval_ms = 3000;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[failing],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.len() == 5 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    // 1 s, 2 s, then capped at 3 s twice: never shorter, and late by at
+    // most the steps a busy machine lets the end's write take.
+    let gaps: Vec<i64> = runs
+        .windows(2)
+        .map(|pair| pair[1].started_at - pair[0].started_at)
+        .collect();
+    for (gap, want) in gaps.iter().zip([1000, 2000, 3000, 3000]) {
+        assert!((want..=want + RETRY_SLACK_MS).contains(gap), "{gaps:?}");
+    }
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_jitter_waits_at_most_the_delay() {
+    let mut failing = job("failing", "test.failing", "0 0 0 1 1 *");
+    failing.retry_count = 3;
+    failing.retry_interval_ms = 2000;
+    failing.retry_backoff = "exponential".into();
+    failing.retry_max_interval_ms = 10_000;
+    failing.retry_jitter = true;
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[failing],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    h.run_once(ids[0]).await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.len() == 4 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    // Each wait is the domain's jittered delay for this fire and retry.
+    let timing = qiwu_domain::RetryTiming {
+        backoff: qiwu_domain::RetryBackoff::Exponential,
+        interval_ms: 2000,
+        max_interval_ms: 10_000,
+        jitter: true,
+    };
+    for (n, pair) in (1u32..).zip(runs.windows(2)) {
+        let want = timing.delay_ms(n, qiwu_domain::retry::jitter_seed(pair[0].fire_id, n)) as i64;
+        let gap = pair[1].started_at - pair[0].started_at;
+        assert!(want <= 2000 << (n - 1), "{want}");
+        assert!(
+            (want..=want + RETRY_SLACK_MS).contains(&gap),
+            "retry {n}: waited {gap} ms, expected {want}"
+        );
+    }
+    h.shut_down().await;
+}
+
+/// The spans of the runs that ran, checked never to overlap.
+fn assert_serial(runs: &[run::Model]) {
+    let mut spans: Vec<(i64, i64)> = runs
+        .iter()
+        .filter(|r| r.status != "skipped")
+        .map(|r| (r.started_at, r.finished_at.unwrap_or(i64::MAX)))
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "overlap {pair:?}: {runs:#?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_one_lets_one_fire_wait_and_skips_a_further_one() {
+    let mut queued = job("queued", "test.stubborn", "* * * * * *");
+    queued.params = json!({"ms": 2500});
+    queued.allow_concurrent = false;
+    queued.overlap_policy = "queue_one".into();
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[queued],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    let runs = h
+        .until(job, Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "success").count() >= 3
+        })
+        .await;
+    assert_serial(&runs);
+    // The 2 s fire waited for the 1 s one and started when it ended.
+    let (first, second) = (&runs[0], &runs[1]);
+    assert_eq!(second.scheduled_at, first.scheduled_at + 1000);
+    let ended = first.finished_at.unwrap_or(i64::MAX);
+    assert!(
+        (ended..=ended + 3 * STEP.as_millis() as i64).contains(&second.started_at),
+        "{runs:#?}"
+    );
+    assert!(second.output.contains("waiting"), "{second:?}");
+    // The 3 s fire found one waiting: skipped with the reason.
+    let third = &runs[2];
+    assert_eq!(
+        (third.status.as_str(), third.output.as_str()),
+        ("skipped", texts::SKIP_QUEUE_FULL),
+        "{runs:#?}"
+    );
+    assert!(runs.iter().all(|r| r.output != texts::SKIP_OVERLAP));
+    h.shut_down().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn replace_stops_the_running_fire_and_starts_once_it_stopped() {
+    let mut replaced = job("replaced", "test.polite", "*/2 * * * * *");
+    replaced.params = json!({"ms": 5000});
+    replaced.retry_count = 2;
+    replaced.overlap_policy = "replace".into();
+    let mut stubborn = job("stubborn", "test.stubborn", "*/2 * * * * *");
+    stubborn.params = json!({"ms": 3000});
+    stubborn.overlap_policy = "replace".into();
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[replaced, stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let runs = h
+        .until(ids[0], Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "cancelled").count() >= 3
+        })
+        .await;
+    assert_serial(&runs);
+    // Each fire replaced the one before at once, with no retry of it.
+    for pair in runs.windows(2).filter(|p| p[0].status == "cancelled") {
+        let (old, new) = (&pair[0], &pair[1]);
+        assert_eq!(new.scheduled_at, old.scheduled_at + 2000, "{runs:#?}");
+        assert!(old.error.contains("Replaced by the fire of"), "{old:?}");
+        // A few database round trips (request, check, end), each a step
+        // at most.
+        assert!(
+            new.started_at - new.scheduled_at <= 10 * STEP.as_millis() as i64,
+            "{runs:#?}"
+        );
+    }
+    assert!(runs.iter().all(|r| r.attempt == 1), "{runs:#?}");
+    // A handler that ignores the stop: the next fire starts only once it
+    // really returned (3 s after it started).
+    let runs = h
+        .until(ids[1], Duration::from_secs(20), |runs| {
+            runs.iter().filter(|r| r.status == "cancelled").count() >= 2
+        })
+        .await;
+    let (old, new) = (&runs[0], &runs[1]);
+    assert_eq!(old.status, "cancelled", "{runs:#?}");
+    assert!(new.started_at >= old.started_at + 3000, "{runs:#?}");
     h.shut_down().await;
 }
 

@@ -17,12 +17,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use qiwu_domain::alert::FireEnd;
 use qiwu_domain::params;
-use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
+use qiwu_domain::retry::{RetryBackoff, RetryTiming, jitter_seed};
+use qiwu_storage::{Change, EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::cancels::Cancels;
 use crate::context::{
     LogSink, MAX_ERROR_CHARS, RunContext, StopReason, Stopper, cut, output_of, shutting_down,
     stop_pair,
@@ -31,6 +33,9 @@ use crate::engine::{Shared, TimeoutInfo};
 use crate::handlers::Handler;
 use crate::lease::{LockLease, Slot};
 use crate::texts;
+
+/// How often a fire waiting its turn in a cluster tries the job's lock.
+const LOCK_RETRY: Duration = Duration::from_millis(500);
 
 /// A claimed fire and everything it holds.
 pub(crate) struct Fire {
@@ -65,6 +70,8 @@ pub(crate) enum Outcome {
     Panicked(String),
     TimedOut,
     LockLost,
+    /// Someone cancelled the run (named here).
+    Cancelled(String),
     /// The process is stopping; the handler's answer after it was told to
     /// stop (`Err` when it failed or panicked).
     Shutdown(Result<String, String>),
@@ -122,6 +129,12 @@ pub(crate) fn decide(
             texts::LOCK_LOST.to_string(),
             false,
         ),
+        Outcome::Cancelled(by) => with(
+            RunStatus::Cancelled,
+            output_of(log, ""),
+            texts::cancelled(by),
+            false,
+        ),
         Outcome::Shutdown(Ok(value)) => with(
             RunStatus::Success,
             output_of(log, value),
@@ -171,7 +184,11 @@ impl Fire {
             Ok(ready) => ready,
             Err(reason) => return self.end_at_once(RunStatus::Failed, "", &reason).await,
         };
-        if !self.job.allow_concurrent && self.slot.is_none() {
+        if self.job.waits_its_turn() {
+            if let Err((status, output, error)) = self.wait_turn(&mut stop).await {
+                return self.end_at_once(status, &output, &error).await;
+            }
+        } else if !self.job.allow_concurrent && self.slot.is_none() {
             match self.shared.slots.try_take(self.job.id) {
                 Some(slot) => self.slot = Some(slot),
                 None => {
@@ -181,7 +198,9 @@ impl Fire {
                 }
             }
         }
-        if let Err((status, output, error)) = self.take_lock().await {
+        if !self.job.waits_its_turn()
+            && let Err((status, output, error)) = self.take_lock().await
+        {
             return self.end_at_once(status, output, error).await;
         }
         crate::observe::fire_started(self.trigger, self.due, self.shared.clock.now());
@@ -218,8 +237,12 @@ impl Fire {
                 self.alert_end(final_end(&attempt.outcome, status), status, &error);
             }
             match attempt.outcome {
-                Outcome::TimedOut => {
-                    self.alert_timeout(attempt.started_at).await;
+                Outcome::TimedOut | Outcome::Cancelled(_) => {
+                    if matches!(attempt.outcome, Outcome::TimedOut) {
+                        self.alert_timeout(attempt.started_at).await;
+                    }
+                    // As after a timeout, the job's next fire waits until
+                    // the handler really returned.
                     if !self.job.allow_concurrent
                         && !self.wait_for_handler(&mut attempt, &mut stop).await
                     {
@@ -299,6 +322,132 @@ impl Fire {
         Ok((handler, params))
     }
 
+    /// For `queue_one` and `replace`: waits until the running fire of the
+    /// job has ended (its slot here; in a cluster, its lock), having asked
+    /// it to stop first for `replace`. `Err` is how the run ends instead: a
+    /// second fire waiting (`queue_one`), a cancel, shutdown, Redis gone.
+    async fn wait_turn(
+        &mut self,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), (RunStatus, String, String)> {
+        let asked = tokio::time::Instant::now();
+        // Whether anything ran before this fire's turn came.
+        let mut waited = false;
+        let job_id = self.job.id;
+        let fires = self.shared.store.fires();
+        if self.job.overlap_policy == "replace" {
+            let by = texts::replaced_by(self.scheduled_at);
+            match fires
+                .cancel_others(job_id, self.run_id, &by, self.shared.clock.now())
+                .await
+            {
+                Ok(replaced) => {
+                    waited = !replaced.is_empty();
+                    for run in replaced {
+                        tracing::info!(job = job_id, run, "replacing the running fire");
+                        self.shared.cancels.check_now();
+                        if let Some(cluster) = &self.shared.config.cluster
+                            && let Err(e) = cluster.coord.publish(Change::Cancel(run)).await
+                        {
+                            // Its instance still finds the request within seconds.
+                            tracing::warn!(run, error = %e, "cannot announce the replacement");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot ask the running fire to stop; waiting for it")
+                }
+            }
+        } else {
+            match fires.running_before(job_id, self.run_id).await {
+                // The running fire and one already waiting.
+                Ok(n) if n >= 2 => {
+                    return Err((
+                        RunStatus::Skipped,
+                        texts::SKIP_QUEUE_FULL.into(),
+                        String::new(),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(job = job_id, error = %e, "cannot count waiting fires; waiting")
+                }
+            }
+        }
+        let mut cancel = Cancels::watch(&self.shared, self.run_id);
+        let stopping = || {
+            (
+                RunStatus::Failed,
+                String::new(),
+                texts::REASON_SHUTDOWN.to_string(),
+            )
+        };
+        if self.slot.is_none() {
+            self.slot = self.shared.slots.try_take(job_id);
+        }
+        if self.slot.is_none() {
+            let slots = self.shared.slots.clone();
+            waited = true;
+            tokio::select! {
+                slot = slots.take(job_id) => self.slot = Some(slot),
+                () = shutting_down(stop) => return Err(stopping()),
+                by = cancel.cancelled() => {
+                    return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                }
+            }
+        }
+        if let Some(cluster) = &self.shared.config.cluster {
+            loop {
+                match LockLease::acquire(
+                    &cluster.coord,
+                    job_id,
+                    &self.shared.config.instance,
+                    cluster.lock_ttl,
+                )
+                .await
+                {
+                    Ok(Some(lease)) => {
+                        crate::observe::lock_event("lock.acquired", job_id, lease.token());
+                        self.lock = Some(lease);
+                        break;
+                    }
+                    Ok(None) => waited = true,
+                    Err(e) => {
+                        tracing::warn!(job = job_id, error = %e, "job lock unavailable");
+                        return Err((
+                            RunStatus::Failed,
+                            String::new(),
+                            texts::LOCK_UNAVAILABLE.to_string(),
+                        ));
+                    }
+                }
+                // The holder runs elsewhere: its end frees the lock.
+                tokio::select! {
+                    () = tokio::time::sleep(LOCK_RETRY) => {}
+                    () = shutting_down(stop) => return Err(stopping()),
+                    by = cancel.cancelled() => {
+                        return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                    }
+                }
+            }
+        }
+        // Its run starts now, after the one before ended.
+        if waited {
+            let note = texts::waited(asked.elapsed().as_millis());
+            self.note = Some(match self.note.take() {
+                Some(first) => format!("{first}\n{note}"),
+                None => note,
+            });
+            if let Err(e) = fires
+                .restart_run(self.run_id, self.shared.clock.now())
+                .await
+            {
+                tracing::warn!(run = self.run_id, error = %e, "cannot move the waited run's start");
+            }
+        }
+        Ok(())
+    }
+
     /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
     /// is how the claimed run must end instead.
     async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
@@ -331,7 +480,7 @@ impl Fire {
     }
 
     /// Runs one attempt until the handler returns, the deadline passes, the
-    /// process stops or the lock is lost.
+    /// run is cancelled, the process stops or the lock is lost.
     async fn attempt_once(
         &self,
         handler: &Arc<dyn Handler>,
@@ -340,6 +489,9 @@ impl Fire {
     ) -> Attempt {
         let timeout =
             (self.job.timeout_ms > 0).then(|| Duration::from_millis(self.job.timeout_ms as u64));
+        // Registered before the handler starts: a cancel request is seen
+        // however early it comes.
+        let mut cancel = Cancels::watch(&self.shared, self.run_id);
         let mut attempt = self.start_handler(handler, params, timeout);
         let Some(task) = attempt.task.as_mut() else {
             return attempt;
@@ -368,6 +520,7 @@ impl Fire {
             }
             () = deadline => (Outcome::TimedOut, StopReason::Timeout),
             () = lost => (Outcome::LockLost, StopReason::LockLost),
+            by = cancel.cancelled() => (Outcome::Cancelled(by), StopReason::Cancelled),
             () = shutting_down(stop) => (Outcome::Shutdown(Ok(String::new())), StopReason::Shutdown),
         };
         attempt.stopper.stop(reason);
@@ -591,9 +744,22 @@ impl Fire {
         });
     }
 
-    /// Waits `retryIntervalMs`; false when the fire must end instead.
+    /// The wait before the retry that follows the current attempt, by the
+    /// job's `retryBackoff` (attempt n is followed by retry n).
+    fn retry_delay(&self) -> Duration {
+        let timing = RetryTiming {
+            backoff: RetryBackoff::parse(&self.job.retry_backoff).unwrap_or(RetryBackoff::Fixed),
+            interval_ms: self.job.retry_interval_ms,
+            max_interval_ms: self.job.retry_max_interval_ms,
+            jitter: self.job.retry_jitter,
+        };
+        let n = self.attempt;
+        Duration::from_millis(timing.delay_ms(n, jitter_seed(self.fire_id, n)))
+    }
+
+    /// Waits the retry delay; false when the fire must end instead.
     async fn pause_before_retry(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
-        let interval = Duration::from_millis(self.job.retry_interval_ms.max(0) as u64);
+        let interval = self.retry_delay();
         let lost = async {
             match &self.lock {
                 Some(lock) => lock.lost().await,
@@ -654,7 +820,7 @@ mod tests {
 
     #[test]
     fn decisions_table() {
-        let cases: [(Outcome, bool, RunStatus, bool, &str); 9] = [
+        let cases: [(Outcome, bool, RunStatus, bool, &str); 10] = [
             (
                 Outcome::Returned("ok".into()),
                 true,
@@ -697,6 +863,13 @@ mod tests {
                 RunStatus::Failed,
                 false,
                 "lock renewal",
+            ),
+            (
+                Outcome::Cancelled("alice".into()),
+                true,
+                RunStatus::Cancelled,
+                false,
+                "Cancelled by alice",
             ),
             (
                 Outcome::Shutdown(Ok("done".into())),

@@ -9,9 +9,10 @@ use std::time::Duration;
 use qiwu_storage::{Coord, JobLock, StorageError};
 use tokio::sync::watch;
 
-/// The non-concurrent jobs executing in this process.
+/// The non-concurrent jobs executing in this process, and a signal each
+/// time one is freed (fires that wait their turn listen to it).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Slots(Arc<Mutex<HashSet<i64>>>);
+pub(crate) struct Slots(Arc<(Mutex<HashSet<i64>>, tokio::sync::Notify)>);
 
 /// A job's local slot; dropping it frees the slot.
 #[derive(Debug)]
@@ -21,9 +22,23 @@ pub(crate) struct Slot {
 }
 
 impl Slots {
+    /// Waits for the job's slot (woken whenever a slot is freed).
+    pub(crate) async fn take(&self, job_id: i64) -> Slot {
+        loop {
+            let freed = self.0.1.notified();
+            let mut freed = std::pin::pin!(freed);
+            // Registered before trying, so a slot freed in between wakes us.
+            freed.as_mut().enable();
+            if let Some(slot) = self.try_take(job_id) {
+                return slot;
+            }
+            freed.await;
+        }
+    }
+
     /// Takes the job's slot, or `None` while a fire of it still runs here.
     pub(crate) fn try_take(&self, job_id: i64) -> Option<Slot> {
-        let mut busy = self.0.lock().ok()?;
+        let mut busy = self.0.0.lock().ok()?;
         busy.insert(job_id).then(|| Slot {
             slots: self.clone(),
             job_id,
@@ -33,9 +48,10 @@ impl Slots {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Ok(mut busy) = self.slots.0.lock() {
+        if let Ok(mut busy) = self.slots.0.0.lock() {
             busy.remove(&self.job_id);
         }
+        self.slots.0.1.notify_waiters();
     }
 }
 

@@ -52,3 +52,32 @@ pub fn limit_reached(job_name: &str, max_runs: Option<i64>) -> String {
     let max = max_runs.unwrap_or_default();
     format!("任务「{job_name}」已成功执行 {max} 次，达到最大执行次数，自动停用")
 }
+
+pub(crate) const SKIP_QUEUE_FULL: &str = "已有一次执行在等待上一次结束（重叠策略 queue_one），本次跳过。\nA fire is already waiting for the running one (overlap policy queue_one): skipped.";
+
+/// How a fire that replaces the running one names itself as its canceller.
+const REPLACED_BY: &str = "replaced-by:";
+
+pub(crate) fn replaced_by(at: chrono::DateTime<chrono::Utc>) -> String {
+    format!(
+        "{REPLACED_BY}{}",
+        at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    )
+}
+
+pub(crate) fn waited(ms: u128) -> String {
+    format!(
+        "等待上一次执行结束 {ms} 毫秒后开始。\nStarted after waiting {ms} ms for the previous fire to end."
+    )
+}
+
+pub(crate) fn cancelled(by: &str) -> String {
+    if let Some(at) = by.strip_prefix(REPLACED_BY) {
+        return format!(
+            "执行被 {at} 的触发替换（重叠策略 replace），已通知处理器停止；不重试。\nReplaced by the fire of {at} (overlap policy replace): the handler was told to stop, and the fire is not retried."
+        );
+    }
+    format!(
+        "执行已被 {by} 取消，已通知处理器停止；不重试。\nCancelled by {by}: the handler was told to stop, and the fire is not retried."
+    )
+}

@@ -26,6 +26,9 @@ pub struct Armed {
     /// every fire time, and each one's predecessor, comes from here.
     pub schedule: Arc<Schedule>,
     pub allow_concurrent: bool,
+    /// A fire waits for the running one instead of being skipped
+    /// (`queue_one`, `replace`).
+    pub waits: bool,
     /// How long after each fire time this instance claims it (0 for the
     /// job's primary owner, later for its backup).
     pub delay: Duration,
@@ -183,6 +186,7 @@ mod tests {
                 chrono_tz::UTC,
             )),
             allow_concurrent: false,
+            waits: false,
             delay: Duration::ZERO,
         }
     }

@@ -30,6 +30,9 @@ pub enum Change {
     Job(i64),
     /// A "run once" fire was queued.
     Fire(i64),
+    /// Someone asked to cancel this running run: its instance checks the
+    /// database (which holds the request) and stops it.
+    Cancel(i64),
 }
 
 /// A held job lock. `token` increases with every acquisition of the job's

@@ -42,6 +42,12 @@ pub struct NewJob {
     /// Calendar, active window, jitter, catch-up window and run limit
     /// (issue 11); the default is none of them.
     pub time_rules: TimeRules,
+    /// `fixed` or `exponential`.
+    pub retry_backoff: String,
+    pub retry_max_interval_ms: i64,
+    pub retry_jitter: bool,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
     /// Only used by create; update never changes it.
     pub builtin_key: Option<String>,
     /// The alert policy (issue 10).
@@ -68,6 +74,12 @@ pub struct JobRecord {
     pub time_rules: TimeRules,
     /// Successful scheduled fires so far, counted towards `maxRuns`.
     pub scheduled_successes: i64,
+    /// `fixed` or `exponential`.
+    pub retry_backoff: String,
+    pub retry_max_interval_ms: i64,
+    pub retry_jitter: bool,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
     pub version: i64,
     /// When the current schedule (cron, zone, enabled, time rules, or the
     /// calendar's dates) took effect: timers
@@ -82,6 +94,14 @@ pub struct JobRecord {
     pub alert: AlertPolicy,
     /// What the engine remembers between fires; not part of `version`.
     pub alert_state: AlertState,
+}
+
+impl JobRecord {
+    /// A fire of this job waits for the running one instead of being
+    /// skipped (`queue_one`, `replace`).
+    pub fn waits_its_turn(&self) -> bool {
+        matches!(self.overlap_policy.as_str(), "queue_one" | "replace")
+    }
 }
 
 impl TryFrom<job::Model> for JobRecord {
@@ -120,6 +140,10 @@ impl TryFrom<job::Model> for JobRecord {
             allow_concurrent: m.allow_concurrent,
             misfire_policy: m.misfire_policy,
             remark: m.remark,
+            retry_backoff: m.retry_backoff,
+            retry_max_interval_ms: m.retry_max_interval_ms,
+            retry_jitter: m.retry_jitter,
+            overlap_policy: m.overlap_policy,
             version: m.version,
             schedule_from: from_millis(m.schedule_from)?,
             builtin_key: m.builtin_key,
@@ -166,6 +190,8 @@ pub struct JobSchedule {
     /// What the schedule needs of the time rules (calendar, window,
     /// jitter); the others are read with the job at a claim.
     pub time_rules: TimeRules,
+    /// `skip`, `allow`, `queue_one` or `replace`.
+    pub overlap_policy: String,
 }
 
 /// The time-rule columns as stored.
@@ -214,6 +240,7 @@ struct ScheduleRow {
     jitter_ms: i64,
     misfire_grace_ms: i64,
     max_runs: Option<i64>,
+    overlap_policy: String,
 }
 
 fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
@@ -237,6 +264,7 @@ fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
         schedule_from: from_millis(row.schedule_from)?,
         allow_concurrent: row.allow_concurrent,
         time_rules,
+        overlap_policy: row.overlap_policy,
     })
 }
 
@@ -256,6 +284,7 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
         .column(Column::JitterMs)
         .column(Column::MisfireGraceMs)
         .column(Column::MaxRuns)
+        .column(Column::OverlapPolicy)
 }
 
 /// Filters of the job list; `None` means "any".
@@ -719,6 +748,10 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         misfire_grace_ms: Set(job.time_rules.misfire_grace_ms),
         max_runs: Set(job.time_rules.max_runs),
         scheduled_successes: NotSet,
+        retry_backoff: Set(job.retry_backoff.clone()),
+        retry_max_interval_ms: Set(job.retry_max_interval_ms),
+        retry_jitter: Set(job.retry_jitter),
+        overlap_policy: Set(job.overlap_policy.clone()),
         version: NotSet,
         schedule_from: NotSet,
         builtin_key: NotSet,

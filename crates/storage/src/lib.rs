@@ -46,7 +46,9 @@ pub use notifications::{
     TEMPLATE_TARGET, TemplateRecord, TemplateRepo, TemplateTexts, outbox_retry_delay,
 };
 pub use purge::{NotificationPurge, PurgeRepo};
-pub use runs::{EXPORT_ERROR_CHARS, RunCursor, RunExportRow, RunFilter, RunRecord, RunRepo};
+pub use runs::{
+    CancelRequest, EXPORT_ERROR_CHARS, RunCursor, RunExportRow, RunFilter, RunRecord, RunRepo,
+};
 pub use sea_orm::DatabaseConnection;
 pub use settings::{
     SETTING_MODIFY_ACTION, SETTING_TARGET, SettingChange, SettingRecord, SettingRepo,

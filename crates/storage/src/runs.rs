@@ -33,7 +33,7 @@ pub struct RunRecord {
     pub trigger: String,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
-    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    /// `running`, `success`, `failed`, `skipped`, `timeout` or `cancelled`.
     pub status: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -45,6 +45,8 @@ pub struct RunRecord {
     pub deleted_at: Option<DateTime<Utc>>,
     /// The attempt's trace, when it was traced and sampled.
     pub trace_id: Option<String>,
+    /// Who asked to cancel the run, once someone did.
+    pub cancelled_by: Option<String>,
 }
 
 impl TryFrom<run::Model> for RunRecord {
@@ -69,8 +71,23 @@ impl TryFrom<run::Model> for RunRecord {
             error: m.error,
             deleted_at: m.deleted_at.map(from_millis).transpose()?,
             trace_id: m.trace_id,
+            cancelled_by: m.cancelled_by,
         })
     }
+}
+
+/// What became of a request to cancel a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelRequest {
+    /// The run is running and now marked to be cancelled; `first` is false
+    /// when someone had asked already (their request is kept).
+    Requested {
+        run: RunRecord,
+        first: bool,
+    },
+    /// The run has ended already: nothing to cancel.
+    Finished(RunRecord),
+    NotFound,
 }
 
 /// A run as a spreadsheet row: every column but `output` (up to 16 000
@@ -241,6 +258,40 @@ impl RunRepo<'_> {
     }
 
     /// A visible run.
+    /// Asks to cancel a running run: the first request is kept (who and
+    /// when); the instance running it sees it and stops the handler. A run
+    /// that is not running is [`CancelRequest::Finished`].
+    pub async fn request_cancel(
+        &self,
+        id: i64,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<CancelRequest, StorageError> {
+        let db = self.store.connection();
+        let asked = run::Entity::update_many()
+            .col_expr(Column::CancelRequestedAt, Some(to_millis(now)).into())
+            .col_expr(
+                Column::CancelledBy,
+                Some(crate::fires::storable(by).into_owned()).into(),
+            )
+            .filter(Column::Id.eq(id))
+            .filter(Column::Status.eq("running"))
+            .filter(Column::DeletedAt.is_null())
+            .filter(Column::CancelRequestedAt.is_null())
+            .exec(db)
+            .await?
+            .rows_affected
+            == 1;
+        let Some(run) = self.get(id).await? else {
+            return Ok(CancelRequest::NotFound);
+        };
+        Ok(if run.status == "running" {
+            CancelRequest::Requested { run, first: asked }
+        } else {
+            CancelRequest::Finished(run)
+        })
+    }
+
     pub async fn get(&self, id: i64) -> Result<Option<RunRecord>, StorageError> {
         run::Entity::find_by_id(id)
             .filter(Column::DeletedAt.is_null())

@@ -152,6 +152,10 @@ fn to_new_job(checked: Checked, builtin_key: Option<String>) -> NewJob {
         allow_concurrent: spec.allow_concurrent,
         misfire_policy: spec.misfire_policy.as_str().to_string(),
         remark: spec.remark,
+        retry_backoff: spec.retry.backoff.as_str().to_string(),
+        retry_max_interval_ms: spec.retry.max_interval_ms,
+        retry_jitter: spec.retry.jitter,
+        overlap_policy: spec.overlap_policy.as_str().to_string(),
         builtin_key,
         alert,
     }
@@ -185,6 +189,10 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "alertAfterConsecutiveFailures": job.alert.after_consecutive_failures,
         "alertOnRecovery": job.alert.on_recovery,
         "alertChannels": job.alert.channels,
+        "retryBackoff": job.retry_backoff,
+        "retryMaxIntervalMs": job.retry_max_interval_ms,
+        "retryJitter": job.retry_jitter,
+        "overlapPolicy": job.overlap_policy,
     }) else {
         return Map::new();
     };
@@ -478,6 +486,15 @@ pub async fn update_job(
 /// An update's body merged over the stored job, as a `PUT` saves it.
 fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Map<String, Value> {
     let mut input = writable(current);
+    // An edit that sets only the compatible `allowConcurrent` means the
+    // policy it stands for, except that `false` keeps a policy that does
+    // not run fires in parallel (`queue_one`, `replace`).
+    if !body.contains_key("overlapPolicy")
+        && let Some(Value::Bool(allow)) = body.get("allowConcurrent")
+        && (*allow || current.allow_concurrent)
+    {
+        input.remove("overlapPolicy");
+    }
     input.extend(body);
     // The manual's rule for a new handler: params that are empty or still
     // the old handler's defaults become the new handler's defaults.

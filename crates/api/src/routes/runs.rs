@@ -3,20 +3,28 @@
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::Utc;
 use qiwu_domain::Lang;
-use qiwu_storage::{RunCursor, RunFilter};
+use qiwu_storage::{CancelRequest, RunCursor, RunFilter};
 use serde_json::json;
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Permission, Principal};
 use crate::dto::{
-    IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto, XlsxFile,
+    CancelAccepted, IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto,
+    XlsxFile,
 };
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, ErrorKind, Problem, Text};
 use crate::export::{self, MAX_EXPORT_ROWS};
 use crate::query::{self, Id};
 use crate::state::AppState;
 
-const STATUSES: [&str; 5] = ["running", "success", "failed", "skipped", "timeout"];
+const STATUSES: [&str; 6] = [
+    "running",
+    "success",
+    "failed",
+    "skipped",
+    "timeout",
+    "cancelled",
+];
 
 /// The filters shared by the list and the export, each checked and named.
 fn run_filter(
@@ -210,6 +218,85 @@ pub async fn get_run(
         .map_err(|e| ApiError::storage(lang, e))?
         .ok_or_else(|| run_not_found(lang, id))?;
     Ok(HttpResponse::Ok().json(RunDetailDto::new(run)))
+}
+
+/// Stops a running run wherever it runs: its instance is told at once (and
+/// finds the request in the database within a few seconds if the message
+/// is lost), the handler gets its stop signal, and the run ends
+/// `cancelled`, naming who cancelled it, with no retry. A non-concurrent
+/// job's next fire waits until the handler has really returned. Asking
+/// again while the run is still stopping answers the same.
+#[utoipa::path(
+    tag = "runs",
+    summary = "Cancel a running run",
+    security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Run id")),
+    responses(
+        (status = 202, description = "The cancel is requested; the run ends `cancelled` once its instance stopped it", body = CancelAccepted),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+        (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The run is not running (it has ended)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/runs/{id}/cancel")]
+pub async fn cancel_run(
+    state: web::Data<AppState>,
+    who: Principal,
+    id: web::Path<Id>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskRun])?;
+    let lang = who.lang;
+    let id = id.into_inner().0;
+    let asked = state
+        .store
+        .runs()
+        .request_cancel(id, &who.actor(), Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let (run, first) = match asked {
+        CancelRequest::Requested { run, first } => (run, first),
+        CancelRequest::NotFound => return Err(run_not_found(lang, id)),
+        CancelRequest::Finished(run) => {
+            return Err(ApiError::new(
+                lang,
+                ErrorKind::Conflict(Text::new(
+                    format!("执行记录 {id} 已结束（{}），无法取消", run.status),
+                    format!(
+                        "Run {id} has ended ({}): there is nothing to cancel",
+                        run.status
+                    ),
+                )),
+            ));
+        }
+    };
+    // Also when asked again: a message lost the first time is sent again.
+    state.changes.run_cancel_requested(id);
+    let cancelled_by = run.cancelled_by.clone().unwrap_or_else(|| who.actor());
+    if first {
+        audit::record(
+            &state,
+            &who,
+            Action::RunCancel,
+            Target::Run,
+            Some(id.to_string()),
+            format!("取消执行 {id}（任务「{}」）", run.job_name),
+            None,
+            Some(json!({"runId": id, "fireId": run.fire_id, "jobId": run.job_id, "jobName": run.job_name})),
+        )
+        .await;
+    }
+    tracing::info!(run = id, actor = %who.sub, first, "run cancel requested");
+    Ok(HttpResponse::Accepted().json(CancelAccepted {
+        run_id: id,
+        cancelled_by,
+        message: lang
+            .pick(
+                "已请求取消，执行结束后状态为“已取消”",
+                "Cancel requested: the run ends as cancelled once its handler is told to stop",
+            )
+            .to_string(),
+    }))
 }
 
 /// Deletes one run; it disappears from the API at once.

@@ -55,6 +55,15 @@ fn defaults_make_a_valid_job() {
     assert_eq!(spec.misfire_policy, MisfirePolicy::Skip);
     assert_eq!(spec.remark, "");
     assert_eq!(
+        spec.retry,
+        crate::RetryTiming {
+            backoff: crate::RetryBackoff::Fixed,
+            interval_ms: 1000,
+            max_interval_ms: 3_600_000,
+            jitter: false,
+        }
+    );
+    assert_eq!(
         Value::Object(spec.params),
         json!({"message": "hello", "delayMs": 0})
     );
@@ -189,6 +198,34 @@ fn rejects_each_limit_naming_the_field() {
             json!({"misfirePolicy": "fire_all"}),
             "misfirePolicy",
             JobProblem::UnknownMisfirePolicy("fire_all".into()),
+        ),
+        (
+            json!({"retryBackoff": "linear"}),
+            "retryBackoff",
+            JobProblem::UnknownRetryBackoff("linear".into()),
+        ),
+        (
+            json!({"retryBackoff": 2}),
+            "retryBackoff",
+            JobProblem::WrongType("a string"),
+        ),
+        (
+            json!({"retryMaxIntervalMs": 86_400_001}),
+            "retryMaxIntervalMs",
+            JobProblem::OutOfRange {
+                min: 0,
+                max: 86_400_000,
+            },
+        ),
+        (
+            json!({"retryIntervalMs": 5000, "retryMaxIntervalMs": 4999}),
+            "retryMaxIntervalMs",
+            JobProblem::MaxIntervalBelowInterval { interval_ms: 5000 },
+        ),
+        (
+            json!({"retryJitter": "yes"}),
+            "retryJitter",
+            JobProblem::WrongType("a boolean"),
         ),
         (
             json!({"remark": "注".repeat(501)}),
@@ -662,4 +699,80 @@ fn changing_the_handler_swaps_empty_or_default_params() {
             "{params:?} {old} → {new}"
         );
     }
+}
+
+#[test]
+fn retry_timing_is_read_and_absent_fields_keep_todays_fixed_interval() {
+    let spec = validate(
+        &input(
+            json!({"retryBackoff": "exponential", "retryIntervalMs": 500,
+                      "retryMaxIntervalMs": 8000, "retryJitter": true}),
+        ),
+        &catalog(),
+        &groups(),
+    )
+    .expect("valid");
+    assert_eq!(
+        spec.retry,
+        crate::RetryTiming {
+            backoff: crate::RetryBackoff::Exponential,
+            interval_ms: 500,
+            max_interval_ms: 8000,
+            jitter: true,
+        }
+    );
+    let mut old = input(json!({"retryIntervalMs": 2000}));
+    for field in ["retryBackoff", "retryMaxIntervalMs", "retryJitter"] {
+        old.remove(field);
+    }
+    let spec = validate(&old, &catalog(), &groups()).expect("valid");
+    assert_eq!(spec.retry.backoff, crate::RetryBackoff::Fixed);
+    assert_eq!(spec.retry.interval_ms, 2000);
+    assert!(!spec.retry.jitter);
+}
+
+#[test]
+fn overlap_policy_and_its_compatible_view() {
+    use crate::OverlapPolicy::{Allow, QueueOne, Replace, Skip};
+    let cases: [(Value, OverlapPolicy, bool); 7] = [
+        (json!({}), Skip, false),
+        (json!({"allowConcurrent": true}), Allow, true),
+        (json!({"overlapPolicy": "allow"}), Allow, true),
+        (json!({"overlapPolicy": "queue_one"}), QueueOne, false),
+        // The policy wins over the view it replaces.
+        (
+            json!({"overlapPolicy": "replace", "allowConcurrent": true}),
+            Replace,
+            false,
+        ),
+        (
+            json!({"overlapPolicy": "skip", "allowConcurrent": true}),
+            Skip,
+            false,
+        ),
+        (
+            json!({"overlapPolicy": null, "allowConcurrent": true}),
+            Allow,
+            true,
+        ),
+    ];
+    for (patch, policy, allow) in cases {
+        let spec = validate(&input(patch.clone()), &catalog(), &groups()).expect("valid");
+        assert_eq!(
+            (spec.overlap_policy, spec.allow_concurrent),
+            (policy, allow),
+            "{patch}"
+        );
+    }
+    let errors = validate(
+        &input(json!({"overlapPolicy": "serial"})),
+        &catalog(),
+        &groups(),
+    )
+    .expect_err("invalid");
+    assert_eq!(errors[0].field, "overlapPolicy");
+    assert!(
+        errors[0].message(Lang::En).contains("queue_one"),
+        "{errors:?}"
+    );
 }

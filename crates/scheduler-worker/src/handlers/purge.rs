@@ -214,6 +214,8 @@ mod tests {
             swept_at: Set(None),
             deleted_at: Set(deleted.then_some(ms)),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         }
         .insert(store.connection())
         .await

@@ -22,6 +22,13 @@ pub struct Model {
     pub timeout_ms: i64,
     pub allow_concurrent: bool,
     pub misfire_policy: String,
+    /// `fixed` or `exponential`.
+    pub retry_backoff: String,
+    pub retry_max_interval_ms: i64,
+    pub retry_jitter: bool,
+    /// `skip`, `allow`, `queue_one` or `replace` (`allow_concurrent` is
+    /// true only for `allow`).
+    pub overlap_policy: String,
     #[sea_orm(column_type = "Text")]
     pub remark: String,
     pub version: i64,

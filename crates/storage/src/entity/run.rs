@@ -15,7 +15,7 @@ pub struct Model {
     pub trigger: String,
     pub scheduled_at: i64,
     pub attempt: i32,
-    /// `running`, `success`, `failed`, `skipped` or `timeout`.
+    /// `running`, `success`, `failed`, `skipped`, `timeout` or `cancelled`.
     pub status: String,
     pub started_at: i64,
     pub finished_at: Option<i64>,
@@ -32,6 +32,10 @@ pub struct Model {
     pub deleted_at: Option<i64>,
     /// The trace of the attempt (32 hex digits) when it was traced and sampled.
     pub trace_id: Option<String>,
+    /// When someone asked to cancel the run while it was running.
+    pub cancel_requested_at: Option<i64>,
+    /// Who asked to cancel it (a user's `sub` or `apikey:{name}`).
+    pub cancelled_by: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

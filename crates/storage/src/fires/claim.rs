@@ -431,7 +431,12 @@ async fn record_first_runs(
             let guarded: Vec<i64> = taken
                 .iter()
                 .filter(|t| firsts[t.index].status == RunStatus::Running)
-                .filter(|t| jobs.get(&t.job_id).is_some_and(|j| !j.allow_concurrent))
+                // Jobs whose fires wait their turn (`queue_one`,
+                // `replace`) are claimed running; the fire waits.
+                .filter(|t| {
+                    jobs.get(&t.job_id)
+                        .is_some_and(|j| !j.allow_concurrent && !j.waits_its_turn())
+                })
                 .map(|t| t.job_id)
                 .collect();
             running_jobs(txn, &guarded).await?
@@ -523,6 +528,8 @@ fn first_run(
         swept_at: Set(None),
         deleted_at: Set(None),
         trace_id: Set(None),
+        cancel_requested_at: Set(None),
+        cancelled_by: Set(None),
     };
     (status, model)
 }

@@ -139,6 +139,7 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                  FROM f JOIN jobs j ON j.id = f.job_id JOIN u ON u.job_id = f.job_id \
                  CROSS JOIN LATERAL (SELECT \
                    (u.status = 'running' AND NOT j.allow_concurrent \
+                    AND j.overlap_policy NOT IN ('queue_one', 'replace') \
                     AND EXISTS (SELECT 1 FROM busy b WHERE b.job_id = f.job_id)) AS elsewhere) e \
                  CROSS JOIN LATERAL (SELECT \
                    CASE WHEN e.elsewhere THEN 'skipped' ELSE u.status END AS status, \

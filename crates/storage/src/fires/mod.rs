@@ -45,6 +45,8 @@ pub enum RunStatus {
     Failed,
     Skipped,
     Timeout,
+    /// Stopped by a person or service (or replaced by a newer fire).
+    Cancelled,
 }
 
 impl RunStatus {
@@ -55,6 +57,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Skipped => "skipped",
             RunStatus::Timeout => "timeout",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -65,6 +68,7 @@ impl RunStatus {
             "failed" => RunStatus::Failed,
             "skipped" => RunStatus::Skipped,
             "timeout" => RunStatus::Timeout,
+            "cancelled" => RunStatus::Cancelled,
             _ => return None,
         })
     }
@@ -172,6 +176,8 @@ impl FireRepo<'_> {
             swept_at: Set(None),
             deleted_at: Set(None),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         };
         Ok(model.insert(self.store.connection()).await?.id)
     }
@@ -341,6 +347,89 @@ impl FireRepo<'_> {
             .into_tuple()
             .all(self.store.connection())
             .await?)
+    }
+
+    /// Among these running runs, the ones someone asked to cancel, with who
+    /// asked: what an instance checks while it has fires running, in case
+    /// the message telling it was lost.
+    pub async fn cancel_requests(
+        &self,
+        run_ids: &[i64],
+    ) -> Result<Vec<(i64, String)>, StorageError> {
+        let mut out = Vec::new();
+        for chunk in run_ids.chunks(claim::MAX_BATCH) {
+            let rows: Vec<(i64, Option<String>)> = run::Entity::find()
+                .select_only()
+                .column(run::Column::Id)
+                .column(run::Column::CancelledBy)
+                .filter(run::Column::Id.is_in(chunk.iter().copied()))
+                .filter(run::Column::CancelRequestedAt.is_not_null())
+                .into_tuple()
+                .all(self.store.connection())
+                .await?;
+            out.extend(
+                rows.into_iter()
+                    .map(|(id, by)| (id, by.unwrap_or_default())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// How many runs of the job are `running` with an id below `run_id`
+    /// (the running one, and any fire waiting its turn before this one).
+    pub async fn running_before(&self, job_id: i64, run_id: i64) -> Result<u64, StorageError> {
+        use sea_orm::PaginatorTrait;
+        Ok(run::Entity::find()
+            .filter(run::Column::JobId.eq(job_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Id.lt(run_id))
+            .count(self.store.connection())
+            .await?)
+    }
+
+    /// Asks to cancel the job's running runs other than `except` (a fire
+    /// that replaces them); answers the runs asked.
+    pub async fn cancel_others(
+        &self,
+        job_id: i64,
+        except: i64,
+        by: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<i64>, StorageError> {
+        let db = self.store.connection();
+        let ids: Vec<i64> = run::Entity::find()
+            .select_only()
+            .column(run::Column::Id)
+            .filter(run::Column::JobId.eq(job_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Id.ne(except))
+            .filter(run::Column::CancelRequestedAt.is_null())
+            .into_tuple()
+            .all(db)
+            .await?;
+        if ids.is_empty() {
+            return Ok(ids);
+        }
+        run::Entity::update_many()
+            .col_expr(run::Column::CancelRequestedAt, Some(to_millis(now)).into())
+            .col_expr(run::Column::CancelledBy, Some(by.to_string()).into())
+            .filter(run::Column::Id.is_in(ids.iter().copied()))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::CancelRequestedAt.is_null())
+            .exec(db)
+            .await?;
+        Ok(ids)
+    }
+
+    /// A run that waited its turn starts now: its `started_at` moves here.
+    pub async fn restart_run(&self, run_id: i64, now: DateTime<Utc>) -> Result<(), StorageError> {
+        run::Entity::update_many()
+            .col_expr(run::Column::StartedAt, to_millis(now).into())
+            .filter(run::Column::Id.eq(run_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .exec(self.store.connection())
+            .await?;
+        Ok(())
     }
 
     /// How many run-once requests of a job are still waiting.

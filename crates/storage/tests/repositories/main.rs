@@ -234,6 +234,8 @@ mod alerts;
 mod ledger;
 /// What observability reads and writes.
 mod monitor;
+/// Run control: cancel requests.
+mod run_control;
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -262,6 +264,10 @@ fn new_job(name: &str) -> NewJob {
         enabled: true,
         retry_count: 0,
         retry_interval_ms: 1000,
+        retry_backoff: "fixed".into(),
+        retry_max_interval_ms: 3_600_000,
+        retry_jitter: false,
+        overlap_policy: "skip".into(),
         timeout_ms: 60_000,
         allow_concurrent: false,
         misfire_policy: "skip".to_owned(),
@@ -369,6 +375,10 @@ async fn every_entity_round_trips(store: Store) {
         timeout_ms: 86_400_000,
         allow_concurrent: true,
         misfire_policy: "run_once".into(),
+        retry_backoff: "exponential".into(),
+        retry_max_interval_ms: 86_400_000,
+        retry_jitter: true,
+        overlap_policy: "allow".into(),
         remark: "r".repeat(500),
         version: i64::MAX,
         schedule_from: ms,
@@ -453,6 +463,8 @@ async fn every_entity_round_trips(store: Store) {
         swept_at: None,
         deleted_at: None,
         trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+        cancel_requested_at: Some(ms),
+        cancelled_by: Some("apikey:".to_string() + &"k".repeat(120)),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -1318,6 +1330,8 @@ mod run_and_audit_logs {
             swept_at: Set(None),
             deleted_at: Set(None),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         }
     }
 
@@ -2389,6 +2403,8 @@ mod notify_scenarios {
             swept_at: Set(None),
             deleted_at: Set(deleted.then_some(started_at)),
             trace_id: Set(None),
+            cancel_requested_at: Set(None),
+            cancelled_by: Set(None),
         }
     }
 
