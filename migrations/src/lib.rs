@@ -18,6 +18,7 @@ mod m20251129_000001_initial;
 mod m20261130_000002_calendars;
 mod m20261130_000003_fire_chain;
 mod m20261130_000005_trace_ids;
+mod m20261201_000006_query_indexes;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
 pub struct Migrator;
@@ -31,6 +32,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000003_fire_chain::Migration),
             // Keep last: helpers' migrations (000004…) go before it.
             Box::new(m20261130_000005_trace_ids::Migration),
+            Box::new(m20261201_000006_query_indexes::Migration),
         ]
     }
 }

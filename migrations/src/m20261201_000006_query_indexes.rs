@@ -1,0 +1,138 @@
+//! The run log's job-name filter at scale (issue 8):
+//!
+//! - `run_job_names`: every distinct (job id, job name) pair the run log
+//!   holds, so a `jobName` filter finds the few jobs it names in a table of
+//!   about one row per job, then seeks each one's runs by job id, instead of
+//!   reading the name of every run (a scan of millions of rows).
+//! - A trigger on `runs` keeps it complete whoever inserts runs (the engine,
+//!   an import, a test), so the filter still matches each run's own copy of
+//!   the name: renamed and deleted jobs' runs keep matching their old name.
+//!   In steady state the trigger only reads (the pair is there already).
+//! - The table is filled from the existing runs once, here.
+//!
+//! Re-runnable after a partial failure on MySQL (each step checks first or
+//! ignores what is there).
+
+use sea_orm_migration::prelude::*;
+use sea_orm_migration::schema::big_integer;
+use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+/// Byte-wise collation for string keys on MySQL (as in the first migration).
+const MYSQL_BIN_COLLATION: &str = "utf8mb4_bin";
+
+/// PostgreSQL: one statement-level trigger per insert statement, reading the
+/// inserted rows as a set; the `NOT EXISTS` keeps the usual case (every
+/// pair known) a read, and the sorted insert keeps concurrent writers of
+/// new pairs from waiting on each other in opposite orders.
+const PG_FUNCTION: &str = "CREATE OR REPLACE FUNCTION qiwu_note_run_job_names() RETURNS trigger \
+     LANGUAGE plpgsql AS $$ BEGIN \
+     INSERT INTO run_job_names (job_id, job_name) \
+     SELECT DISTINCT n.job_id, n.job_name FROM qiwu_new_runs n \
+     WHERE NOT EXISTS (SELECT 1 FROM run_job_names d \
+     WHERE d.job_id = n.job_id AND d.job_name = n.job_name) \
+     ORDER BY 1, 2 ON CONFLICT DO NOTHING; \
+     RETURN NULL; END $$";
+const PG_TRIGGER: &str = "CREATE TRIGGER trg_runs_job_names AFTER INSERT ON runs \
+     REFERENCING NEW TABLE AS qiwu_new_runs FOR EACH STATEMENT \
+     EXECUTE FUNCTION qiwu_note_run_job_names()";
+
+/// MySQL/MariaDB: row triggers only. The plain `SELECT` is a non-locking
+/// read, so a known pair (the usual case) takes no lock; only a new pair is
+/// inserted, and `IGNORE` lets a concurrent writer of the same pair win.
+const MYSQL_TRIGGER: &str = "CREATE TRIGGER trg_runs_job_names AFTER INSERT ON runs \
+     FOR EACH ROW BEGIN \
+     IF NOT EXISTS (SELECT 1 FROM run_job_names \
+     WHERE job_id = NEW.job_id AND job_name = NEW.job_name) THEN \
+     INSERT IGNORE INTO run_job_names (job_id, job_name) VALUES (NEW.job_id, NEW.job_name); \
+     END IF; END";
+
+/// SQLite: one writer at a time, so a plain ignore-on-conflict insert.
+const SQLITE_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS trg_runs_job_names \
+     AFTER INSERT ON runs BEGIN \
+     INSERT OR IGNORE INTO run_job_names (job_id, job_name) VALUES (NEW.job_id, NEW.job_name); \
+     END";
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let backend = manager.get_database_backend();
+        let mut table = Table::create();
+        table.table("run_job_names").if_not_exists();
+        let mut name = ColumnDef::new("job_name");
+        name.string_len(64).not_null();
+        if backend == DbBackend::MySql {
+            table
+                .engine("InnoDB")
+                .character_set("utf8mb4")
+                .collate(MYSQL_BIN_COLLATION);
+            name.extra(format!("COLLATE {MYSQL_BIN_COLLATION}"));
+        }
+        table
+            .col(big_integer("job_id"))
+            .col(name)
+            .primary_key(Index::create().col("job_id").col("job_name"));
+        manager.create_table(table).await?;
+
+        // The trigger first, then the fill: a run inserted in between (MySQL
+        // runs this outside a transaction) is noted by one or the other.
+        let db = manager.get_connection();
+        match backend {
+            DbBackend::Postgres => {
+                db.execute_unprepared(PG_FUNCTION).await?;
+                db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names ON runs")
+                    .await?;
+                db.execute_unprepared(PG_TRIGGER).await?;
+                db.execute_unprepared(
+                    "INSERT INTO run_job_names (job_id, job_name) \
+                     SELECT DISTINCT job_id, job_name FROM runs ON CONFLICT DO NOTHING",
+                )
+                .await?;
+            }
+            DbBackend::MySql => {
+                db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names")
+                    .await?;
+                db.execute_unprepared(MYSQL_TRIGGER).await?;
+                db.execute_unprepared(
+                    "INSERT IGNORE INTO run_job_names (job_id, job_name) \
+                     SELECT DISTINCT job_id, job_name FROM runs",
+                )
+                .await?;
+            }
+            _ => {
+                db.execute_unprepared(SQLITE_TRIGGER).await?;
+                db.execute_unprepared(
+                    "INSERT OR IGNORE INTO run_job_names (job_id, job_name) \
+                     SELECT DISTINCT job_id, job_name FROM runs",
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let db = manager.get_connection();
+        match manager.get_database_backend() {
+            DbBackend::Postgres => {
+                db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names ON runs")
+                    .await?;
+                db.execute_unprepared("DROP FUNCTION IF EXISTS qiwu_note_run_job_names()")
+                    .await?;
+            }
+            _ => {
+                db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names")
+                    .await?;
+            }
+        }
+        manager
+            .drop_table(Table::drop().table("run_job_names").if_exists().take())
+            .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
