@@ -8,13 +8,20 @@
 //!   an import, a test), so the filter still matches each run's own copy of
 //!   the name: renamed and deleted jobs' runs keep matching their old name.
 //!   In steady state the trigger only reads (the pair is there already).
+//! - `run_job_names.name_lower`: the name as the database lowers it, so the
+//!   filter (`LOWER(name) LIKE LOWER(?)`, as before) compares without
+//!   lowering every row again.
+//! - PostgreSQL, where the `pg_trgm` extension can be created: trigram
+//!   indexes that serve the substring filters, on `run_job_names.name_lower`
+//!   and on `LOWER(jobs.name)` (the job list's name filter). Without the
+//!   extension the filters read those tables in full, as on MySQL/SQLite.
 //! - The table is filled from the existing runs once, here.
 //!
 //! Re-runnable after a partial failure on MySQL (each step checks first or
 //! ignores what is there).
 
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::schema::big_integer;
+use sea_orm_migration::schema::{big_integer, string_len};
 use sea_orm_migration::sea_orm::{ConnectionTrait, DbBackend};
 
 #[derive(DeriveMigrationName)]
@@ -29,8 +36,8 @@ const MYSQL_BIN_COLLATION: &str = "utf8mb4_bin";
 /// new pairs from waiting on each other in opposite orders.
 const PG_FUNCTION: &str = "CREATE OR REPLACE FUNCTION qiwu_note_run_job_names() RETURNS trigger \
      LANGUAGE plpgsql AS $$ BEGIN \
-     INSERT INTO run_job_names (job_id, job_name) \
-     SELECT DISTINCT n.job_id, n.job_name FROM qiwu_new_runs n \
+     INSERT INTO run_job_names (job_id, job_name, name_lower) \
+     SELECT DISTINCT n.job_id, n.job_name, LOWER(n.job_name) FROM qiwu_new_runs n \
      WHERE NOT EXISTS (SELECT 1 FROM run_job_names d \
      WHERE d.job_id = n.job_id AND d.job_name = n.job_name) \
      ORDER BY 1, 2 ON CONFLICT DO NOTHING; \
@@ -39,6 +46,19 @@ const PG_TRIGGER: &str = "CREATE TRIGGER trg_runs_job_names AFTER INSERT ON runs
      REFERENCING NEW TABLE AS qiwu_new_runs FOR EACH STATEMENT \
      EXECUTE FUNCTION qiwu_note_run_job_names()";
 
+/// PostgreSQL: trigram indexes for the substring filters, when `pg_trgm`
+/// is there or may be created (a trusted extension since PostgreSQL 13: the
+/// database's owner may); otherwise nothing, and the filters scan.
+const PG_TRIGRAMS: &str = "DO $$ BEGIN \
+     BEGIN CREATE EXTENSION IF NOT EXISTS pg_trgm; \
+     EXCEPTION WHEN OTHERS THEN RAISE NOTICE 'pg_trgm unavailable: %', SQLERRM; END; \
+     IF EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm') THEN \
+     CREATE INDEX IF NOT EXISTS idx_run_job_names_trgm ON run_job_names \
+     USING gin (name_lower gin_trgm_ops); \
+     CREATE INDEX IF NOT EXISTS idx_jobs_name_trgm ON jobs \
+     USING gin (LOWER(name) gin_trgm_ops); \
+     END IF; END $$";
+
 /// MySQL/MariaDB: row triggers only. The plain `SELECT` is a non-locking
 /// read, so a known pair (the usual case) takes no lock; only a new pair is
 /// inserted, and `IGNORE` lets a concurrent writer of the same pair win.
@@ -46,13 +66,15 @@ const MYSQL_TRIGGER: &str = "CREATE TRIGGER trg_runs_job_names AFTER INSERT ON r
      FOR EACH ROW BEGIN \
      IF NOT EXISTS (SELECT 1 FROM run_job_names \
      WHERE job_id = NEW.job_id AND job_name = NEW.job_name) THEN \
-     INSERT IGNORE INTO run_job_names (job_id, job_name) VALUES (NEW.job_id, NEW.job_name); \
+     INSERT IGNORE INTO run_job_names (job_id, job_name, name_lower) \
+     VALUES (NEW.job_id, NEW.job_name, LOWER(NEW.job_name)); \
      END IF; END";
 
 /// SQLite: one writer at a time, so a plain ignore-on-conflict insert.
 const SQLITE_TRIGGER: &str = "CREATE TRIGGER IF NOT EXISTS trg_runs_job_names \
      AFTER INSERT ON runs BEGIN \
-     INSERT OR IGNORE INTO run_job_names (job_id, job_name) VALUES (NEW.job_id, NEW.job_name); \
+     INSERT OR IGNORE INTO run_job_names (job_id, job_name, name_lower) \
+     VALUES (NEW.job_id, NEW.job_name, LOWER(NEW.job_name)); \
      END";
 
 #[async_trait::async_trait]
@@ -73,6 +95,8 @@ impl MigrationTrait for Migration {
         table
             .col(big_integer("job_id"))
             .col(name)
+            // Lowering can lengthen a name (one character to two).
+            .col(string_len("name_lower", 255))
             .primary_key(Index::create().col("job_id").col("job_name"));
         manager.create_table(table).await?;
 
@@ -86,26 +110,28 @@ impl MigrationTrait for Migration {
                     .await?;
                 db.execute_unprepared(PG_TRIGGER).await?;
                 db.execute_unprepared(
-                    "INSERT INTO run_job_names (job_id, job_name) \
-                     SELECT DISTINCT job_id, job_name FROM runs ON CONFLICT DO NOTHING",
+                    "INSERT INTO run_job_names (job_id, job_name, name_lower) \
+                     SELECT DISTINCT job_id, job_name, LOWER(job_name) FROM runs \
+                     ON CONFLICT DO NOTHING",
                 )
                 .await?;
+                db.execute_unprepared(PG_TRIGRAMS).await?;
             }
             DbBackend::MySql => {
                 db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names")
                     .await?;
                 db.execute_unprepared(MYSQL_TRIGGER).await?;
                 db.execute_unprepared(
-                    "INSERT IGNORE INTO run_job_names (job_id, job_name) \
-                     SELECT DISTINCT job_id, job_name FROM runs",
+                    "INSERT IGNORE INTO run_job_names (job_id, job_name, name_lower) \
+                     SELECT DISTINCT job_id, job_name, LOWER(job_name) FROM runs",
                 )
                 .await?;
             }
             _ => {
                 db.execute_unprepared(SQLITE_TRIGGER).await?;
                 db.execute_unprepared(
-                    "INSERT OR IGNORE INTO run_job_names (job_id, job_name) \
-                     SELECT DISTINCT job_id, job_name FROM runs",
+                    "INSERT OR IGNORE INTO run_job_names (job_id, job_name, name_lower) \
+                     SELECT DISTINCT job_id, job_name, LOWER(job_name) FROM runs",
                 )
                 .await?;
             }
@@ -120,6 +146,8 @@ impl MigrationTrait for Migration {
                 db.execute_unprepared("DROP TRIGGER IF EXISTS trg_runs_job_names ON runs")
                     .await?;
                 db.execute_unprepared("DROP FUNCTION IF EXISTS qiwu_note_run_job_names()")
+                    .await?;
+                db.execute_unprepared("DROP INDEX IF EXISTS idx_jobs_name_trgm")
                     .await?;
             }
             _ => {

@@ -177,10 +177,23 @@ impl JobRepo<'_> {
         if page_size == 0 || offset >= total {
             return Ok((Vec::new(), total));
         }
-        let rows = query
+        // The page's ids first, from the narrowest index that serves the
+        // filter (a name filter reads the name index, not every job row),
+        // then those rows only.
+        let ids: Vec<i64> = query
+            .select_only()
+            .column(Column::Id)
             .order_by_asc(Column::Id)
             .offset(offset)
             .limit(page_size)
+            .into_tuple()
+            .all(db)
+            .await?;
+        // A job deleted between the two reads leaves the page one short,
+        // as if it had been deleted just before the request.
+        let rows = job::Entity::find()
+            .filter(Column::Id.is_in(ids))
+            .order_by_asc(Column::Id)
             .all(db)
             .await?;
         let items = rows

@@ -4,10 +4,9 @@
 //! (The execution engine writes runs; it does not go through this module.)
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Alias, Asterisk, Expr, Func, Order, Query, UnionType};
+use sea_orm::sea_query::{Expr, Func};
 use sea_orm::{
     ColumnTrait, Condition, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect,
-    QueryTrait,
 };
 
 use crate::entity::run::{self, Column};
@@ -19,13 +18,14 @@ use crate::{StorageError, Store};
 /// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
 const IN_CHUNK: usize = 500;
 
-/// The most jobs a `jobName` filter seeks one by one (a branch each in one
-/// statement); a filter naming more walks the run log in time order.
-const NAMED_JOBS_MAX: usize = 64;
+/// The most job ids a `jobName` filter hands the database (as `job_id IN
+/// (...)`, within every backend's bind-parameter limit); a filter naming
+/// more walks the run log in time order.
+const NAMED_JOBS_MAX: usize = 5_000;
 
 /// What a `jobName` filter names.
 enum Named {
-    /// At most [`NAMED_JOBS_MAX`] jobs (possibly none): seek their runs.
+    /// At most [`NAMED_JOBS_MAX`] jobs (possibly none).
     Jobs(Vec<i64>),
     /// No name filter, or a name shared by many jobs.
     Many,
@@ -235,7 +235,12 @@ impl RunRepo<'_> {
         // One row more than asked tells whether another page exists.
         let fetch = limit.saturating_add(1);
         let rows = match self.named_jobs(filter).await? {
-            Named::Jobs(ids) => self.seek_by_jobs(cond, &ids, fetch).await?,
+            Named::Jobs(ids) if ids.is_empty() => Vec::new(),
+            // The ids let the database estimate how many runs match (it
+            // cannot for a substring) and choose between the job index and
+            // walking the log by time; the name condition stays, so only
+            // runs whose own copy of the name matches are returned.
+            Named::Jobs(ids) => self.seek(cond.add(Column::JobId.is_in(ids)), fetch).await?,
             Named::Many => self.seek(cond, fetch).await?,
         };
         let mut items = rows
@@ -264,58 +269,11 @@ impl RunRepo<'_> {
             .await?)
     }
 
-    /// The newest `fetch` runs meeting `cond` among the runs of `job_ids`:
-    /// each job's newest `fetch` runs by its (job_id, started_at) index, in
-    /// one statement (`UNION ALL` of one branch per job), merged by
-    /// (started_at, id). The same rows as [`RunRepo::seek`], without reading
-    /// the runs of other jobs.
-    async fn seek_by_jobs(
-        &self,
-        cond: Condition,
-        job_ids: &[i64],
-        fetch: u64,
-    ) -> Result<Vec<run::Model>, StorageError> {
-        let branch = |job_id: i64| {
-            run::Entity::find()
-                .filter(cond.clone())
-                .filter(Column::JobId.eq(job_id))
-                .order_by_desc(Column::StartedAt)
-                .order_by_desc(Column::Id)
-                .limit(fetch)
-                .into_query()
-        };
-        // Each branch is a derived table, so its ORDER BY and LIMIT are its
-        // own on every backend (SQLite takes no parenthesised members).
-        let member = |i: usize, job_id: i64| {
-            Query::select()
-                .column(Asterisk)
-                .from_subquery(branch(job_id), Alias::new(format!("b{i}")))
-                .to_owned()
-        };
-        let Some((&first, rest)) = job_ids.split_first() else {
-            return Ok(Vec::new());
-        };
-        let mut union = member(0, first);
-        for (i, &job_id) in rest.iter().enumerate() {
-            union.union(UnionType::All, member(i + 1, job_id));
-        }
-        let stmt = Query::select()
-            .column(Asterisk)
-            .from_subquery(union, Alias::new("u"))
-            .order_by(Alias::new("started_at"), Order::Desc)
-            .order_by(Alias::new("id"), Order::Desc)
-            .limit(fetch)
-            .to_owned();
-        let db = self.store.connection();
-        let stmt = db.get_database_backend().build(&stmt);
-        Ok(run::Model::find_by_statement(stmt).all(db).await?)
-    }
-
     /// Which jobs a `jobName` filter can match: the ids of jobs whose runs
     /// carry a name containing it (from `run_job_names`, a row per job and
     /// name), when there are at most [`NAMED_JOBS_MAX`]. With more, or
-    /// without a name filter, the run log is walked in time order instead:
-    /// the filter then matches often enough that a page is found early.
+    /// without a name filter, the run log is walked in time order: a name
+    /// that many jobs share matches often enough that a page comes early.
     async fn named_jobs(&self, filter: &RunFilter) -> Result<Named, StorageError> {
         let Some(name) = &filter.job_name else {
             return Ok(Named::Many);
@@ -324,7 +282,10 @@ impl RunRepo<'_> {
             .select_only()
             .column(run_job_name::Column::JobId)
             .distinct()
-            .filter(keyset::contains_ci(run_job_name::Column::JobName, name));
+            .filter(keyset::lowered_contains_ci(
+                run_job_name::Column::NameLower,
+                name,
+            ));
         if let Some(job_id) = filter.job_id {
             query = query.filter(run_job_name::Column::JobId.eq(job_id));
         }

@@ -11,6 +11,8 @@ pub struct Model {
     pub job_id: i64,
     #[sea_orm(primary_key, auto_increment = false)]
     pub job_name: String,
+    /// `LOWER(job_name)`, as the database lowers it.
+    pub name_lower: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1391,10 +1391,10 @@ mod run_and_audit_logs {
         assert!(store.runs().recent_for_job(2, 10).await.unwrap().is_empty());
     }
 
-    /// The `jobName` filter finds the jobs it names (at most a few dozen:
-    /// each one's runs are sought by job id) or walks the log in time
-    /// order (a name many jobs share); both give exactly the runs whose
-    /// own copy of the name matches, renamed and deleted jobs included.
+    /// The `jobName` filter finds the jobs it names and seeks their runs by
+    /// job id, or walks the log in time order (a name thousands of jobs
+    /// share); both give exactly the runs whose own copy of the name
+    /// matches, renamed and deleted jobs included.
     async fn runs_job_name_filter_seeks_named_jobs(store: Store) {
         // 120 jobs with 3 runs each, interleaved in time; job 7 was renamed
         // (its older runs carry the old name); job 900 was deleted long ago
@@ -1419,6 +1419,16 @@ mod run_and_audit_logs {
         }
         for i in 0..4 {
             rows.push(run_row(900, "gone for good", T0 - 10_000 + i, "success"));
+        }
+        // More jobs than a filter hands over as ids (5 000): `bulk` walks
+        // the log by time, `bulk-1` names 1 111 of them.
+        for job in 0..5_001i64 {
+            rows.push(run_row(
+                10_000 + job,
+                &format!("bulk-{job}"),
+                T0 - 20_000_000 + job,
+                "success",
+            ));
         }
         // Two rows share a start time, so ids break the tie across jobs.
         rows.push(run_row(11, "Job-011", T0 + 500_000, "success"));
@@ -1452,11 +1462,14 @@ mod run_and_audit_logs {
             ..RunFilter::default()
         };
         let filters = [
-            // One job, a few, more than are sought one by one, all.
+            // One job, a few, many, more than are handed over as ids.
             by_name("job-042"),
             by_name("JOB-01"),
             by_name("job-0"),
             by_name("job"),
+            by_name("bulk-1"),
+            by_name("bulk"),
+            by_name("-"),
             // Old names of renamed jobs, and deleted jobs, still match.
             by_name("old seven"),
             by_name("seven"),
@@ -1486,7 +1499,13 @@ mod run_and_audit_logs {
         ];
         for f in &filters {
             let want = expected(f);
-            for limit in [1, 7, 100] {
+            // Paging one by one through thousands of rows takes long.
+            let limits: &[u64] = if want.len() > 1000 {
+                &[100]
+            } else {
+                &[1, 7, 100]
+            };
+            for &limit in limits {
                 let got = all_pages(&store, f, limit).await;
                 assert_eq!(keys(&got), want, "{f:?}, limit {limit}");
             }
@@ -1496,6 +1515,7 @@ mod run_and_audit_logs {
         // Jobs 1–99, less job 7's two old runs and job 3's hidden one,
         // plus the two tied runs.
         assert_eq!(expected(&by_name("job-0")).len(), 99 * 3 - 2 - 1 + 2);
+        assert_eq!(expected(&by_name("bulk-1")).len(), 1_111);
 
         // Runs inserted later, under a new name, are found at once.
         insert_runs(
