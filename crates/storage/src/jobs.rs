@@ -1,7 +1,7 @@
 //! Jobs: records, filters and the [`JobRepo`] repository.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{BinOper, Expr, ExprTrait, Func};
+use sea_orm::sea_query::{Alias, BinOper, Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ActiveValue::Set, ColumnTrait, Condition,
     ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -544,9 +544,10 @@ fn filter_condition(filter: &JobFilter) -> Condition {
     cond
 }
 
-/// `LOWER(name) LIKE LOWER(?) ESCAPE '!'`. Both sides are lowered by the
-/// database so they fold the same way (SQLite folds ASCII only; doing one side
-/// in Rust would fold more than the other).
+/// `name_lower LIKE LOWER(?) ESCAPE '!'`, where `name_lower` is the
+/// generated, indexed `LOWER(name)`. Both sides are lowered by the database
+/// so they fold the same way (SQLite folds ASCII only; doing one side in
+/// Rust would fold more than the other).
 fn name_contains(needle: &str) -> Expr {
     let pattern = format!("%{}%", escape_like(needle));
     let lowered_pattern = Expr::Binary(
@@ -554,8 +555,7 @@ fn name_contains(needle: &str) -> Expr {
         BinOper::Escape,
         Box::new(Expr::Constant(LIKE_ESCAPE.into())),
     );
-    Expr::expr(Func::lower(Expr::col((job::Entity, Column::Name))))
-        .binary(BinOper::Like, lowered_pattern)
+    Expr::col((job::Entity, Alias::new("name_lower"))).binary(BinOper::Like, lowered_pattern)
 }
 
 /// Makes `%`, `_` and the escape character itself match literally.
@@ -586,17 +586,17 @@ mod tests {
         let query = job::Entity::find().filter(name_contains("A_%"));
         let pg = query.build(DbBackend::Postgres).to_string();
         assert!(
-            pg.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            pg.contains(r#""jobs"."name_lower" LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
             "{pg}"
         );
         let my = query.build(DbBackend::MySql).to_string();
         assert!(
-            my.contains("LOWER(`jobs`.`name`) LIKE LOWER('%A!_!%%') ESCAPE '!'"),
+            my.contains("`jobs`.`name_lower` LIKE LOWER('%A!_!%%') ESCAPE '!'"),
             "{my}"
         );
         let lite = query.build(DbBackend::Sqlite).to_string();
         assert!(
-            lite.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            lite.contains(r#""jobs"."name_lower" LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
             "{lite}"
         );
     }
