@@ -18,6 +18,7 @@ mod m20251129_000001_initial;
 mod m20261130_000002_calendars;
 mod m20261130_000003_fire_chain;
 mod m20261130_000005_trace_ids;
+mod m20261201_000006_query_indexes;
 mod m20261201_000007_run_control;
 mod m20261201_000008_time_rules;
 mod m20261201_000009_alerts;
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_calendars::Migration),
             Box::new(m20261130_000003_fire_chain::Migration),
             Box::new(m20261130_000005_trace_ids::Migration),
+            Box::new(m20261201_000006_query_indexes::Migration),
             Box::new(m20261201_000007_run_control::Migration),
             Box::new(m20261201_000008_time_rules::Migration),
             Box::new(m20261201_000009_alerts::Migration),

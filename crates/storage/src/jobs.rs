@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use qiwu_domain::TimeRules;
 use qiwu_domain::calendar::CalendarRule;
-use sea_orm::sea_query::{BinOper, Expr, ExprTrait, Func};
+use sea_orm::sea_query::{Alias, BinOper, Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ActiveValue::Set, ColumnTrait, Condition,
     ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
@@ -326,10 +326,23 @@ impl JobRepo<'_> {
         if page_size == 0 || offset >= total {
             return Ok((Vec::new(), total));
         }
-        let rows = query
+        // The page's ids first, from the narrowest index that serves the
+        // filter (a name filter reads the name index, not every job row),
+        // then those rows only.
+        let ids: Vec<i64> = query
+            .select_only()
+            .column(Column::Id)
             .order_by_asc(Column::Id)
             .offset(offset)
             .limit(page_size)
+            .into_tuple()
+            .all(db)
+            .await?;
+        // A job deleted between the two reads leaves the page one short,
+        // as if it had been deleted just before the request.
+        let rows = job::Entity::find()
+            .filter(Column::Id.is_in(ids))
+            .order_by_asc(Column::Id)
             .all(db)
             .await?;
         let items = rows
@@ -793,9 +806,10 @@ fn filter_condition(filter: &JobFilter) -> Condition {
     cond
 }
 
-/// `LOWER(name) LIKE LOWER(?) ESCAPE '!'`. Both sides are lowered by the
-/// database so they fold the same way (SQLite folds ASCII only; doing one side
-/// in Rust would fold more than the other).
+/// `name_lower LIKE LOWER(?) ESCAPE '!'`, where `name_lower` is the
+/// generated, indexed `LOWER(name)`. Both sides are lowered by the database
+/// so they fold the same way (SQLite folds ASCII only; doing one side in
+/// Rust would fold more than the other).
 fn name_contains(needle: &str) -> Expr {
     let pattern = format!("%{}%", escape_like(needle));
     let lowered_pattern = Expr::Binary(
@@ -803,8 +817,7 @@ fn name_contains(needle: &str) -> Expr {
         BinOper::Escape,
         Box::new(Expr::Constant(LIKE_ESCAPE.into())),
     );
-    Expr::expr(Func::lower(Expr::col((job::Entity, Column::Name))))
-        .binary(BinOper::Like, lowered_pattern)
+    Expr::col((job::Entity, Alias::new("name_lower"))).binary(BinOper::Like, lowered_pattern)
 }
 
 /// Makes `%`, `_` and the escape character itself match literally.
@@ -835,17 +848,17 @@ mod tests {
         let query = job::Entity::find().filter(name_contains("A_%"));
         let pg = query.build(DbBackend::Postgres).to_string();
         assert!(
-            pg.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            pg.contains(r#""jobs"."name_lower" LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
             "{pg}"
         );
         let my = query.build(DbBackend::MySql).to_string();
         assert!(
-            my.contains("LOWER(`jobs`.`name`) LIKE LOWER('%A!_!%%') ESCAPE '!'"),
+            my.contains("`jobs`.`name_lower` LIKE LOWER('%A!_!%%') ESCAPE '!'"),
             "{my}"
         );
         let lite = query.build(DbBackend::Sqlite).to_string();
         assert!(
-            lite.contains(r#"LOWER("jobs"."name") LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
+            lite.contains(r#""jobs"."name_lower" LIKE LOWER('%A!_!%%') ESCAPE '!'"#),
             "{lite}"
         );
     }

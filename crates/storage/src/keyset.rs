@@ -99,6 +99,23 @@ pub(crate) fn contains_ci<C: ColumnTrait>(col: C, needle: &str) -> SimpleExpr {
     Expr::expr(Func::lower(Expr::col(col.as_column_ref()))).binary(BinOper::Like, lowered_pattern)
 }
 
+/// [`contains_ci`] on a column that already holds `LOWER(text)` as the
+/// database computed it: `col LIKE LOWER('%needle%') ESCAPE '!'`, the same
+/// matches without lowering every row.
+pub(crate) fn lowered_contains_ci<C: ColumnTrait>(col: C, needle: &str) -> SimpleExpr {
+    use sea_orm::sea_query::{BinOper, Func};
+    if !storable(needle) {
+        return nothing();
+    }
+    let pattern = format!("%{}%", crate::jobs::escape_like(needle));
+    let lowered_pattern = Expr::Binary(
+        Box::new(Func::lower(Expr::val(pattern)).into()),
+        BinOper::Escape,
+        Box::new(Expr::Constant(crate::jobs::LIKE_ESCAPE.into())),
+    );
+    Expr::col(col.as_column_ref()).binary(BinOper::Like, lowered_pattern)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

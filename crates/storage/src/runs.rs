@@ -10,12 +10,26 @@ use sea_orm::{
 };
 
 use crate::entity::run::{self, Column};
+use crate::entity::run_job_name;
 use crate::keyset::{self, Key};
 use crate::timestamp::{from_millis, to_millis};
 use crate::{StorageError, Store};
 
 /// Ids per `IN (...)` list, well under every backend's bind-parameter limit.
 const IN_CHUNK: usize = 500;
+
+/// The most job ids a `jobName` filter hands the database (as `job_id IN
+/// (...)`, within every backend's bind-parameter limit); a filter naming
+/// more walks the run log in time order.
+const NAMED_JOBS_MAX: usize = 5_000;
+
+/// What a `jobName` filter names.
+enum Named {
+    /// At most [`NAMED_JOBS_MAX`] jobs (possibly none).
+    Jobs(Vec<i64>),
+    /// No name filter, or a name shared by many jobs.
+    Many,
+}
 
 /// Characters of `error` an export row carries; the detail has the rest.
 pub const EXPORT_ERROR_CHARS: u32 = 1000;
@@ -236,13 +250,16 @@ impl RunRepo<'_> {
             cond = cond.add(keyset::after(Column::StartedAt, Column::Id, c.key()));
         }
         // One row more than asked tells whether another page exists.
-        let rows = run::Entity::find()
-            .filter(cond)
-            .order_by_desc(Column::StartedAt)
-            .order_by_desc(Column::Id)
-            .limit(limit.saturating_add(1))
-            .all(self.store.connection())
-            .await?;
+        let fetch = limit.saturating_add(1);
+        let rows = match self.named_jobs(filter).await? {
+            Named::Jobs(ids) if ids.is_empty() => Vec::new(),
+            // The ids let the database estimate how many runs match (it
+            // cannot for a substring) and choose between the job index and
+            // walking the log by time; the name condition stays, so only
+            // runs whose own copy of the name matches are returned.
+            Named::Jobs(ids) => self.seek(cond.add(Column::JobId.is_in(ids)), fetch).await?,
+            Named::Many => self.seek(cond, fetch).await?,
+        };
         let mut items = rows
             .into_iter()
             .map(RunRecord::try_from)
@@ -255,6 +272,51 @@ impl RunRepo<'_> {
             None
         };
         Ok((items, next))
+    }
+
+    /// The newest `fetch` runs meeting `cond`, walking the run log by
+    /// (started_at, id).
+    async fn seek(&self, cond: Condition, fetch: u64) -> Result<Vec<run::Model>, StorageError> {
+        Ok(run::Entity::find()
+            .filter(cond)
+            .order_by_desc(Column::StartedAt)
+            .order_by_desc(Column::Id)
+            .limit(fetch)
+            .all(self.store.connection())
+            .await?)
+    }
+
+    /// Which jobs a `jobName` filter can match: the ids of jobs whose runs
+    /// carry a name containing it (from `run_job_names`, a row per job and
+    /// name), when there are at most [`NAMED_JOBS_MAX`]. With more, or
+    /// without a name filter, the run log is walked in time order: a name
+    /// that many jobs share matches often enough that a page comes early.
+    async fn named_jobs(&self, filter: &RunFilter) -> Result<Named, StorageError> {
+        let Some(name) = &filter.job_name else {
+            return Ok(Named::Many);
+        };
+        let mut query = run_job_name::Entity::find()
+            .select_only()
+            .column(run_job_name::Column::JobId)
+            .distinct()
+            .filter(keyset::lowered_contains_ci(
+                run_job_name::Column::NameLower,
+                name,
+            ));
+        if let Some(job_id) = filter.job_id {
+            query = query.filter(run_job_name::Column::JobId.eq(job_id));
+        }
+        let ids: Vec<i64> = query
+            .order_by_asc(run_job_name::Column::JobId)
+            .limit(NAMED_JOBS_MAX as u64 + 1)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        Ok(if ids.len() > NAMED_JOBS_MAX {
+            Named::Many
+        } else {
+            Named::Jobs(ids)
+        })
     }
 
     /// A visible run.

@@ -16,5 +16,6 @@ pub mod notification;
 pub mod notification_template;
 pub mod outbox;
 pub mod run;
+pub mod run_job_name;
 pub mod seed_marker;
 pub mod setting;

@@ -1301,6 +1301,7 @@ mod run_and_audit_logs {
     scenarios!(
         runs_page_newest_first_with_a_cursor,
         runs_filters,
+        runs_job_name_filter_seeks_named_jobs,
         runs_soft_delete_hides_everywhere,
         runs_export_rows,
         audit_record_filter_and_page,
@@ -1424,6 +1425,144 @@ mod run_and_audit_logs {
         let recent = store.runs().recent_for_job(1, 10).await.unwrap();
         assert_eq!(keys(&recent), expected[..10].to_vec());
         assert!(store.runs().recent_for_job(2, 10).await.unwrap().is_empty());
+    }
+
+    /// The `jobName` filter finds the jobs it names and seeks their runs by
+    /// job id, or walks the log in time order (a name thousands of jobs
+    /// share); both give exactly the runs whose own copy of the name
+    /// matches, renamed and deleted jobs included.
+    async fn runs_job_name_filter_seeks_named_jobs(store: Store) {
+        // 120 jobs with 3 runs each, interleaved in time; job 7 was renamed
+        // (its older runs carry the old name); job 900 was deleted long ago
+        // (no job row, its runs stay); one run of job 3 is hidden.
+        let mut rows = Vec::new();
+        let mut t = T0;
+        for round in 0..3 {
+            for job in 1..=120i64 {
+                t += 1000;
+                let name = if job == 7 && round < 2 {
+                    "Old Seven".to_owned()
+                } else {
+                    format!("Job-{job:03}")
+                };
+                let status = if job % 10 == 0 { "failed" } else { "success" };
+                let mut row = run_row(job, &name, t, status);
+                if job == 3 && round == 1 {
+                    row.deleted_at = Set(Some(t + 1));
+                }
+                rows.push(row);
+            }
+        }
+        for i in 0..4 {
+            rows.push(run_row(900, "gone for good", T0 - 10_000 + i, "success"));
+        }
+        // More jobs than a filter hands over as ids (5 000): `bulk` walks
+        // the log by time, `bulk-1` names 1 111 of them.
+        for job in 0..5_001i64 {
+            rows.push(run_row(
+                10_000 + job,
+                &format!("bulk-{job}"),
+                T0 - 20_000_000 + job,
+                "success",
+            ));
+        }
+        // Two rows share a start time, so ids break the tie across jobs.
+        rows.push(run_row(11, "Job-011", T0 + 500_000, "success"));
+        rows.push(run_row(12, "Job-012", T0 + 500_000, "success"));
+        insert_runs(&store, rows).await;
+
+        // The same rows straight from the table, filtered here.
+        let everything = run::Entity::find().all(store.connection()).await.unwrap();
+        let expected = |f: &RunFilter| -> Vec<(i64, i64)> {
+            let mut out: Vec<(i64, i64)> = everything
+                .iter()
+                .filter(|r| r.deleted_at.is_none())
+                .filter(|r| f.job_id.is_none_or(|j| r.job_id == j))
+                .filter(|r| f.status.as_ref().is_none_or(|s| &r.status == s))
+                .filter(|r| {
+                    f.job_name
+                        .as_ref()
+                        .is_none_or(|n| r.job_name.to_lowercase().contains(&n.to_lowercase()))
+                })
+                .filter(|r| {
+                    f.started_from
+                        .is_none_or(|t| r.started_at >= t.timestamp_millis())
+                })
+                .map(|r| (r.started_at, r.id))
+                .collect();
+            out.sort_unstable_by(|a, b| b.cmp(a));
+            out
+        };
+        let by_name = |name: &str| RunFilter {
+            job_name: Some(name.into()),
+            ..RunFilter::default()
+        };
+        let filters = [
+            // One job, a few, many, more than are handed over as ids.
+            by_name("job-042"),
+            by_name("JOB-01"),
+            by_name("job-0"),
+            by_name("job"),
+            by_name("bulk-1"),
+            by_name("bulk"),
+            by_name("-"),
+            // Old names of renamed jobs, and deleted jobs, still match.
+            by_name("old seven"),
+            by_name("seven"),
+            by_name("GONE"),
+            by_name("e"),
+            by_name("no such job"),
+            RunFilter {
+                job_id: Some(7),
+                ..by_name("job-007")
+            },
+            RunFilter {
+                job_id: Some(8),
+                ..by_name("job-007")
+            },
+            RunFilter {
+                status: Some("failed".into()),
+                ..by_name("job-1")
+            },
+            RunFilter {
+                status: Some("failed".into()),
+                ..by_name("job-")
+            },
+            RunFilter {
+                started_from: Some(at(T0 + 200_000)),
+                ..by_name("job-00")
+            },
+        ];
+        for f in &filters {
+            let want = expected(f);
+            // Paging one by one through thousands of rows takes long.
+            let limits: &[u64] = if want.len() > 1000 {
+                &[100]
+            } else {
+                &[1, 7, 100]
+            };
+            for &limit in limits {
+                let got = all_pages(&store, f, limit).await;
+                assert_eq!(keys(&got), want, "{f:?}, limit {limit}");
+            }
+        }
+        assert_eq!(expected(&by_name("old seven")).len(), 2);
+        assert_eq!(expected(&by_name("gone")).len(), 4);
+        // Jobs 1–99, less job 7's two old runs and job 3's hidden one,
+        // plus the two tied runs.
+        assert_eq!(expected(&by_name("job-0")).len(), 99 * 3 - 2 - 1 + 2);
+        assert_eq!(expected(&by_name("bulk-1")).len(), 1_111);
+
+        // Runs inserted later, under a new name, are found at once.
+        insert_runs(
+            &store,
+            vec![run_row(7, "Seven Reborn", T0 + 900_000, "success")],
+        )
+        .await;
+        let got = all_pages(&store, &by_name("reborn"), 20).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].job_name, "Seven Reborn");
+        assert_eq!(all_pages(&store, &by_name("seven"), 20).await.len(), 3);
     }
 
     async fn runs_filters(store: Store) {
