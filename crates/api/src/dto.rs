@@ -682,12 +682,11 @@ pub struct JobCreate {
     /// `holidays` need `*` in the cron's day-of-week field.
     #[schema(value_type = Option<CalendarRuleCode>, nullable)]
     pub calendar_rule: Option<String>,
-    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
-    /// start.
+    /// RFC 3339 with an offset: no fire time before it. Null: no start.
     #[schema(nullable)]
     pub active_from: Option<DateTime<FixedOffset>>,
     /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
-    /// it. Null or blank: no end.
+    /// it. Null: no end.
     #[schema(nullable)]
     pub active_until: Option<DateTime<FixedOffset>>,
     /// With `misfirePolicy: run_once`: missed times are caught up only
@@ -794,12 +793,11 @@ pub struct JobUpdate {
     /// `holidays` need `*` in the cron's day-of-week field.
     #[schema(value_type = Option<CalendarRuleCode>, nullable)]
     pub calendar_rule: Option<String>,
-    /// RFC 3339 with an offset: no fire time before it. Null or blank: no
-    /// start.
+    /// RFC 3339 with an offset: no fire time before it. Null: no start.
     #[schema(nullable)]
     pub active_from: Option<DateTime<FixedOffset>>,
     /// RFC 3339 with an offset, not before `activeFrom`: no fire time after
-    /// it. Null or blank: no end.
+    /// it. Null: no end.
     #[schema(nullable)]
     pub active_until: Option<DateTime<FixedOffset>>,
     /// With `misfirePolicy: run_once`: missed times are caught up only

@@ -120,12 +120,13 @@ pub fn page_size(lang: Lang, field: &str, value: Option<String>) -> Result<u64, 
     }
 }
 
-/// `true` or `false`.
+/// `true` or `false`; an empty value (a form's empty field) means absent,
+/// but blanks alone are not a boolean.
 pub fn boolean(lang: Lang, field: &str, value: Option<String>) -> Result<Option<bool>, ApiError> {
-    let Some(raw) = text(value) else {
+    let Some(raw) = value.filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
-    match raw.as_str() {
+    match raw.trim() {
         "true" => Ok(Some(true)),
         "false" => Ok(Some(false)),
         _ => Err(ApiError::field(
@@ -272,6 +273,11 @@ mod tests {
             Some(false)
         );
         assert!(boolean(Lang::Zh, "enabled", Some("maybe".into())).is_err());
+        assert!(boolean(Lang::Zh, "enabled", Some("\n".into())).is_err());
+        assert_eq!(
+            boolean(Lang::Zh, "enabled", Some(String::new())).unwrap(),
+            None
+        );
         let allowed = ["a", "b"];
         assert_eq!(
             one_of(Lang::Zh, "s", Some("b".into()), &allowed).unwrap(),

@@ -934,8 +934,9 @@ impl Reader<'_> {
     /// An RFC 3339 time with an offset, or null.
     fn optional_time(&mut self, field: &str) -> Option<Option<DateTime<Utc>>> {
         match self.input.get(field) {
+            // Only null means "none": a blank text is not a time (the
+            // document states the field as a date-time or null).
             None | Some(Value::Null) => Some(None),
-            Some(Value::String(s)) if s.trim().is_empty() => Some(None),
             Some(Value::String(s)) => match DateTime::parse_from_rfc3339(s.trim()) {
                 Ok(t) => Some(Some(t.with_timezone(&Utc))),
                 Err(_) => self.fail(field, JobProblem::NotATime(s.clone())),

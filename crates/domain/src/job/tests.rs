@@ -371,7 +371,6 @@ fn accepts_time_rules_at_their_limits() {
         json!({"calendar": "cn-workdays", "calendarRule": "exclude", "cron": "0 0 10 * * 1-5"}),
         json!({"activeFrom": "2026-01-01T00:00:00+08:00", "activeUntil": "2026-01-01T00:00:00+08:00"}),
         json!({"activeFrom": "2026-01-01T00:00:00Z", "activeUntil": null}),
-        json!({"activeFrom": "", "activeUntil": " "}),
         json!({"maxRuns": 1}),
         json!({"maxRuns": 1_000_000_000}),
         json!({"misfireGraceMs": 2_592_000_000_i64}),
@@ -454,6 +453,11 @@ fn rejects_each_time_rule_naming_the_field() {
             json!({"calendar": "acme"}),
             "calendarRule",
             JobProblem::CalendarWithoutRule,
+        ),
+        (
+            json!({"activeUntil": " "}),
+            "activeUntil",
+            JobProblem::NotATime(" ".into()),
         ),
         (
             json!({"calendar": 3, "calendarRule": "workdays"}),
