@@ -12,13 +12,9 @@ use serde_json::{Map, Value, json};
 use crate::job::{FieldError, JobProblem};
 use crate::lang::Lang;
 
-/// The job fields of the alert policy.
-pub const ALERT_FIELDS: [&str; 4] = [
-    "alertOnFailure",
-    "alertAfterConsecutiveFailures",
-    "alertOnRecovery",
-    "alertChannels",
-];
+/// The job fields of the alert policy (listed with the job's other fields,
+/// which must know every field a job body may carry).
+pub use crate::job::ALERT_FIELDS;
 
 /// Most consecutive failed fires `alertAfterConsecutiveFailures` may name.
 pub const MAX_CONSECUTIVE_FAILURES: i64 = 1_000;

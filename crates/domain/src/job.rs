@@ -23,6 +23,15 @@ use crate::params::{self, ParamError};
 use crate::retry::{RetryBackoff, RetryTiming};
 use crate::schedule::{self, MAX_JITTER_MS, Schedule, ScheduleError};
 
+/// The job fields of the alert policy, read by `alert::read_policy` rather
+/// than by this module.
+pub const ALERT_FIELDS: [&str; 4] = [
+    "alertOnFailure",
+    "alertAfterConsecutiveFailures",
+    "alertOnRecovery",
+    "alertChannels",
+];
+
 pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_REMARK_CHARS: usize = 500;
 pub const MAX_RETRY_COUNT: i64 = 10;
@@ -682,7 +691,7 @@ fn validate_into(
             || READ_ONLY_FIELDS.contains(&key)
             || (time_rules && TIME_RULE_FIELDS.contains(&key))
             // The alert policy is read by `alert::read_policy`.
-            || crate::alert::ALERT_FIELDS.contains(&key);
+            || ALERT_FIELDS.contains(&key);
         if !known {
             errors.push(FieldError::new(key, JobProblem::UnknownField));
         }
