@@ -106,6 +106,51 @@ pub async fn wait_for_runs(
     }
 }
 
+/// Disables every enabled job (on a fresh server: the seeded built-ins,
+/// such as the every-minute notification dispatch), waits until no run is
+/// left running, and clears the run log, so a test that counts the whole
+/// run log sees only the runs it wrote itself.
+pub async fn quiet_run_log(server: &Server) {
+    let http = client();
+    let admin = admin_token();
+    let page: serde_json::Value = http
+        .get(server.url("/api/jobs?enabled=true&pageSize=100"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("list jobs")
+        .json()
+        .await
+        .expect("job list");
+    for job in page["items"].as_array().expect("items") {
+        let id = job["id"].as_i64().expect("job id");
+        let status = http
+            .put(server.url(&format!("/api/jobs/{id}/enabled")))
+            .bearer_auth(&admin)
+            .json(&serde_json::json!({"enabled": false}))
+            .send()
+            .await
+            .expect("disable job")
+            .status();
+        assert!(status.is_success(), "disabling job {id}: {status}");
+    }
+    let store = server.store().await;
+    wait_for_all_runs(&store, Duration::from_secs(30), |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    let status = http
+        .post(server.url("/api/runs/clear"))
+        .bearer_auth(&admin)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .expect("clear runs")
+        .status();
+    assert!(status.is_success(), "clearing the run log: {status}");
+    store.connection().clone().close().await.ok();
+}
+
 pub fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
