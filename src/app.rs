@@ -72,6 +72,13 @@ impl ChangeListener for Changes {
         }
         self.publish(Change::Cancel(run_id));
     }
+
+    fn freezes_changed(&self, freeze_id: i64) {
+        if let Some(local) = &self.local {
+            local.send(EngineCommand::FreezesChanged);
+        }
+        self.publish(Change::Freeze(freeze_id));
+    }
 }
 
 /// Which parts a process runs.

@@ -39,10 +39,13 @@ pub enum Action {
     AlertChannelCreate,
     AlertChannelModify,
     AlertChannelDelete,
+    FreezeCreate,
+    FreezeModify,
+    FreezeDelete,
 }
 
 impl Action {
-    pub const ALL: [Action; 21] = [
+    pub const ALL: [Action; 24] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -64,6 +67,9 @@ impl Action {
         Action::AlertChannelCreate,
         Action::AlertChannelModify,
         Action::AlertChannelDelete,
+        Action::FreezeCreate,
+        Action::FreezeModify,
+        Action::FreezeDelete,
     ];
 
     pub fn code(self) -> &'static str {
@@ -89,6 +95,9 @@ impl Action {
             Action::AlertChannelCreate => "alertchannel.create",
             Action::AlertChannelModify => "alertchannel.modify",
             Action::AlertChannelDelete => "alertchannel.delete",
+            Action::FreezeCreate => "freeze.create",
+            Action::FreezeModify => "freeze.modify",
+            Action::FreezeDelete => "freeze.delete",
         }
     }
 
@@ -120,6 +129,9 @@ impl Action {
             Action::AlertChannelCreate => ("创建告警渠道", "Create alert channel"),
             Action::AlertChannelModify => ("修改告警渠道", "Modify alert channel"),
             Action::AlertChannelDelete => ("删除告警渠道", "Delete alert channel"),
+            Action::FreezeCreate => ("创建冻结窗口", "Create freeze"),
+            Action::FreezeModify => ("修改冻结窗口", "Modify freeze"),
+            Action::FreezeDelete => ("删除冻结窗口", "Delete freeze"),
         };
         lang.pick(zh, en)
     }
@@ -135,10 +147,11 @@ pub enum Target {
     ApiKey,
     Calendar,
     AlertChannel,
+    Freeze,
 }
 
 impl Target {
-    pub const ALL: [Target; 7] = [
+    pub const ALL: [Target; 8] = [
         Target::Job,
         Target::Run,
         Target::Setting,
@@ -146,6 +159,7 @@ impl Target {
         Target::ApiKey,
         Target::Calendar,
         Target::AlertChannel,
+        Target::Freeze,
     ];
 
     pub fn code(self) -> &'static str {
@@ -157,6 +171,7 @@ impl Target {
             Target::ApiKey => "apikey",
             Target::Calendar => "calendar",
             Target::AlertChannel => "alert_channel",
+            Target::Freeze => "freeze",
         }
     }
 }

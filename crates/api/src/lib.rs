@@ -84,6 +84,12 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(calendars::get_calendar)
         .service(calendars::update_calendar)
         .service(calendars::delete_calendar);
+    // Freeze windows (issue 11).
+    cfg.service(freezes::list_freezes)
+        .service(freezes::create_freeze)
+        .service(freezes::get_freeze)
+        .service(freezes::update_freeze)
+        .service(freezes::delete_freeze);
 }
 
 /// The document's fixed parts: title, version, the bearer scheme.

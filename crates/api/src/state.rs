@@ -15,6 +15,8 @@ pub trait ChangeListener: Send + Sync {
     fn fire_queued(&self, fire_id: i64);
     /// A cancel request for this run was stored.
     fn run_cancel_requested(&self, run_id: i64);
+    /// A freeze window was created, edited or deleted.
+    fn freezes_changed(&self, freeze_id: i64);
 }
 
 /// A listener for processes that run no timers.
@@ -24,6 +26,7 @@ impl ChangeListener for NoListener {
     fn job_changed(&self, _job_id: i64) {}
     fn fire_queued(&self, _fire_id: i64) {}
     fn run_cancel_requested(&self, _run_id: i64) {}
+    fn freezes_changed(&self, _freeze_id: i64) {}
 }
 
 #[derive(Clone)]

@@ -9,6 +9,7 @@ pub mod alert;
 pub mod builtin;
 pub mod calendar;
 pub mod cron;
+pub mod freeze;
 pub mod lang;
 
 pub use cron::{CronError, CronExpr, FieldKind, FieldProblem};

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use qiwu_domain::misfire::{missed_between, missed_text, past_grace_text, within_grace};
+use qiwu_domain::freeze::{Freeze, first_span, frozen_text};
+use qiwu_domain::misfire::{missed_text, past_grace_text, within_grace};
 use qiwu_domain::{CronExpr, MisfirePolicy, MissReason, Schedule};
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
@@ -52,6 +53,9 @@ pub(crate) enum Request {
     },
     /// A queued run-once request.
     Manual { fire_id: i64 },
+    /// A freeze window that froze some of the job's times ended: its
+    /// misfire policy applies (`crate::freezes`).
+    FreezeEnded { job_id: i64, freeze: Freeze },
 }
 
 /// What the claimer tells the engine.
@@ -100,6 +104,8 @@ pub(crate) struct Claimer {
     order: VecDeque<i64>,
     manual: VecDeque<i64>,
     manual_known: HashSet<i64>,
+    /// Window ends to apply the misfire policy of (`crate::freezes`).
+    freeze_ends: VecDeque<(i64, Freeze)>,
     /// Set after a failed batch: nothing is tried before it.
     retry_at: Option<tokio::time::Instant>,
     backoff: Duration,
@@ -124,6 +130,7 @@ impl Claimer {
             order: VecDeque::new(),
             manual: VecDeque::new(),
             manual_known: HashSet::new(),
+            freeze_ends: VecDeque::new(),
             retry_at: None,
             backoff: FIRST_BACKOFF,
             unreachable: false,
@@ -166,7 +173,7 @@ impl Claimer {
     }
 
     fn has_work(&self) -> bool {
-        !self.order.is_empty() || !self.manual.is_empty()
+        !self.order.is_empty() || !self.manual.is_empty() || !self.freeze_ends.is_empty()
     }
 
     /// Queues a request.
@@ -189,6 +196,7 @@ impl Claimer {
                 through,
                 reason,
             } => fold(self.work(job_id), through, reason),
+            Request::FreezeEnded { job_id, freeze } => self.freeze_ends.push_back((job_id, freeze)),
         }
     }
 
@@ -221,6 +229,7 @@ impl Claimer {
         }
         let result = match self.take_catch_ups() {
             batch if !batch.is_empty() => self.catch_up(batch).await,
+            _ if !self.freeze_ends.is_empty() => self.claim_freeze_ends().await,
             _ => match self.take_times() {
                 batch if !batch.is_empty() => self.claim_times(batch).await,
                 _ => self.claim_manual().await,
@@ -472,6 +481,15 @@ impl Claimer {
         for (outcome, planned) in outcomes.into_iter().zip(planned) {
             let (job_id, through, reason) = planned.asked;
             crate::observe::caught_up(&outcome, reason, planned.missed);
+            // A record that stopped at a freeze window (or stood for one)
+            // leaves later times to the next record.
+            if planned.more && matches!(outcome, ClaimOutcome::Claimed(_) | ClaimOutcome::Taken) {
+                self.add(Request::CatchUp {
+                    job_id,
+                    through,
+                    reason,
+                });
+            }
             match outcome {
                 ClaimOutcome::Claimed(claimed) => {
                     let start = claimed.scheduled_at;
@@ -507,7 +525,39 @@ impl Claimer {
         let tz = self.shared.zone_of(job.timezone.as_deref());
         let schedule = schedules::build(job.id, &cron, tz, &job.time_rules, calendars)?;
         let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
-        let missed = missed_between(&schedule, from, through)?;
+        let freezes = self.shared.freezes.current();
+        let (missed, freeze) = first_span(
+            &schedule,
+            &freezes,
+            (job.id, &job.group, &job.handler),
+            from,
+            through,
+        )?;
+        let more = missed.last < through;
+        if let Some(freeze) = freeze {
+            // One skipped record for every time the window holds.
+            tracing::info!(
+                job = job.id,
+                freeze = freeze.id,
+                count = missed.count,
+                "fire times frozen"
+            );
+            return Some(Planned {
+                claim: TimeClaim {
+                    job_id: job.id,
+                    trigger: Trigger::Schedule,
+                    first_at: missed.first,
+                    scheduled_at: missed.last,
+                    after: Some(from),
+                    schedule_from: job.schedule_from,
+                    first: FirstRun::skipped(frozen_text(freeze, &missed, tz)),
+                },
+                note: None,
+                asked: (job.id, through, reason),
+                missed: missed.count,
+                more,
+            });
+        }
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
         let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
         let grace = job.time_rules.misfire_grace_ms;
@@ -535,6 +585,7 @@ impl Claimer {
             note: run_once.then(|| missed_text(&missed, reason, tz, true)),
             asked: (job.id, through, reason),
             missed: missed.count,
+            more,
         })
     }
 
@@ -546,6 +597,30 @@ impl Claimer {
                 reason,
             });
         }
+    }
+
+    /// Applies the misfire policy at the end of freeze windows
+    /// (`crate::freezes`); on an error the batch is queued again.
+    async fn claim_freeze_ends(&mut self) -> Result<(), StorageError> {
+        let batch: Vec<(i64, Freeze)> = self.freeze_ends.drain(..).collect();
+        let started = match crate::freezes::claim_end_catch_ups(
+            &self.shared,
+            &batch,
+            &self.context(),
+        )
+        .await
+        {
+            Ok(started) => started,
+            Err(e) => {
+                self.freeze_ends.extend(batch);
+                return Err(e);
+            }
+        };
+        for (claimed, note) in started {
+            let start = claimed.scheduled_at;
+            self.start(claimed, None, Some(note), start);
+        }
+        Ok(())
     }
 
     /// Takes queued run-once requests while places are free.
@@ -665,6 +740,9 @@ struct Planned {
     asked: (i64, DateTime<Utc>, MissReason),
     /// How many fire times it stands for.
     missed: usize,
+    /// It stops before `through` (at a freeze window, or standing for
+    /// one): the rest is caught up next.
+    more: bool,
 }
 
 /// Folds a fire time into the job's catch-up.

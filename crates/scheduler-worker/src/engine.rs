@@ -26,6 +26,7 @@ use crate::clock::{Clock, MAX_SLEEP, sleep_for};
 use crate::cluster::{ClusterConfig, Heartbeat, Membership, heartbeat_loop};
 use crate::context::shutting_down;
 use crate::error::WorkerError;
+use crate::freezes::FreezeWatch;
 use crate::handlers::Registry;
 use crate::lease::Slots;
 use crate::recorder::Recorder;
@@ -58,6 +59,8 @@ pub enum Command {
     /// Someone asked to cancel this run: check this instance's running
     /// runs against the database.
     CancelRequested(i64),
+    /// A freeze window was created, edited or deleted.
+    FreezesChanged,
 }
 
 /// Sends commands to a running engine; cheap to clone.
@@ -141,6 +144,8 @@ pub(crate) struct Shared {
     /// success is decided against the database even when the job row read
     /// at its claim (possibly before that state was written) says clear.
     pub alert_marks: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// The freeze windows (`crate::freezes`).
+    pub freezes: crate::freezes::FreezeBook,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -214,6 +219,7 @@ impl Engine {
             permits,
             tracker: TaskTracker::new(),
             alert_marks: std::sync::Mutex::default(),
+            freezes: crate::freezes::FreezeBook::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -266,6 +272,7 @@ impl Engine {
             crons: HashMap::new(),
             claims,
             last_reconcile: shared.clock.now(),
+            freeze_watch: FreezeWatch::new(shared.clock.now()),
             previous_live: shared.membership.borrow().live.clone(),
         };
         crate::observe::watch_in_flight(&shared);
@@ -378,6 +385,7 @@ async fn try_start(
     if closed > 0 {
         tracing::warn!(closed, "closed runs left running by a previous process");
     }
+    crate::freezes::reload(shared).await.map_err(not_yet)?;
     let all = load_schedules(&shared.store).await?;
     let calendars = schedules::user_calendars(&shared.store, all.iter().map(|s| &s.time_rules))
         .await
@@ -509,6 +517,9 @@ struct Known {
     schedule: Arc<Schedule>,
     allow_concurrent: bool,
     waits: bool,
+    /// What freeze windows name.
+    group: String,
+    handler: String,
 }
 
 /// Everything the loop reacts to.
@@ -524,6 +535,8 @@ enum Event {
     Reconcile,
     /// Time to look for run-once requests whose message was lost.
     PollPending,
+    /// A freeze window may have ended.
+    FreezeEnded,
     Shutdown,
 }
 
@@ -536,6 +549,7 @@ struct Loop {
     crons: HashMap<String, Arc<CronExpr>>,
     claims: mpsc::UnboundedSender<Request>,
     last_reconcile: DateTime<Utc>,
+    freeze_watch: FreezeWatch,
     /// The live workers when jobs were last placed (at start: those seen
     /// by the first heart-beat).
     previous_live: Vec<String>,
@@ -563,6 +577,10 @@ impl Loop {
                 .timers
                 .next_wake()
                 .map_or(MAX_SLEEP, |wake| sleep_for(now, wake));
+            let freeze_end = self
+                .freeze_watch
+                .next_end(&self.shared.freezes.current())
+                .map(|end| sleep_for(now, end));
             let event = tokio::select! {
                 biased;
                 () = shutting_down(&mut shutdown) => Event::Shutdown,
@@ -570,6 +588,7 @@ impl Loop {
                 Some(fb) = feedback.recv() => Event::Feedback(fb),
                 Ok(()) = membership.changed() => Event::Membership,
                 () = tokio::time::sleep(sleep) => Event::Due,
+                () = tokio::time::sleep(freeze_end.unwrap_or(MAX_SLEEP)), if freeze_end.is_some() => Event::FreezeEnded,
                 () = tokio::time::sleep_until(next_pending) => {
                     next_pending = tokio::time::Instant::now() + pending_every;
                     Event::PollPending
@@ -601,10 +620,13 @@ impl Loop {
                 self.shared.cancels.check_now();
             }
             Event::Command(Command::Reconcile) | Event::Reconcile => {
+                self.reload_freezes().await;
                 self.reconcile().await;
                 self.poll_pending().await;
             }
             Event::PollPending => self.poll_pending().await,
+            Event::Command(Command::FreezesChanged) => self.reload_freezes().await,
+            Event::FreezeEnded => self.freezes_ended(),
             Event::Membership => {
                 let live = self.shared.membership.borrow().live.clone();
                 tracing::info!(?live, "cluster membership changed");
@@ -630,7 +652,27 @@ impl Loop {
         let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
             .unwrap_or(chrono::Duration::seconds(5));
         let mut stalled: HashMap<i64, DateTime<Utc>> = HashMap::new();
+        let freezes = self.shared.freezes.current();
         for due in self.timers.pop_due(now) {
+            // A frozen time is not claimed: the first of its window asks
+            // for the window's one record (`crate::freezes`).
+            if let Some(known) = self.catalog.get(&due.job_id)
+                && let Some((freeze, first)) = self.freeze_watch.frozen(
+                    &freezes,
+                    (due.job_id, &known.group, &known.handler),
+                    due.at,
+                )
+            {
+                tracing::debug!(job = due.job_id, freeze, at = %due.at, "fire time frozen");
+                if first {
+                    self.claim(Request::CatchUp {
+                        job_id: due.job_id,
+                        through: due.at,
+                        reason: MissReason::Downtime,
+                    });
+                }
+                continue;
+            }
             // Late is measured from the fire's start: a jittered fire is
             // due at its nominal time plus its delay.
             let start = self
@@ -720,6 +762,44 @@ impl Loop {
         }
     }
 
+    async fn reload_freezes(&mut self) {
+        if let Err(e) = crate::freezes::reload(&self.shared).await {
+            tracing::error!(error = %e, "cannot read the freezes; the next reconciliation retries");
+        }
+    }
+
+    /// At the end of freeze windows: every job owned here that a window
+    /// froze gets its window's record (if no frozen time reached it) and
+    /// its misfire policy applied.
+    fn freezes_ended(&mut self) {
+        let now = self.shared.clock.now();
+        let freezes = self.shared.freezes.current();
+        for freeze in self.freeze_watch.ended(&freezes, now) {
+            let jobs: Vec<(i64, DateTime<Utc>)> = self
+                .catalog
+                .iter()
+                .filter(|(id, known)| freeze.scope.covers(**id, &known.group, &known.handler))
+                .filter(|(id, _)| self.shared.rank(**id).is_some())
+                .filter_map(|(id, known)| {
+                    qiwu_domain::freeze::frozen_times(&known.schedule, &freeze, known.schedule_from)
+                        .map(|m| (*id, m.last))
+                })
+                .collect();
+            tracing::info!(freeze = freeze.id, jobs = jobs.len(), "freeze window ended");
+            for (job_id, last) in jobs {
+                self.claim(Request::CatchUp {
+                    job_id,
+                    through: last,
+                    reason: MissReason::Downtime,
+                });
+                self.claim(Request::FreezeEnded {
+                    job_id,
+                    freeze: freeze.clone(),
+                });
+            }
+        }
+    }
+
     async fn poll_pending(&mut self) {
         match self.shared.store.fires().pending(1000).await {
             Ok(pending) => {
@@ -777,6 +857,8 @@ impl Loop {
             schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
             waits: matches!(schedule.overlap_policy.as_str(), "queue_one" | "replace"),
+            group: schedule.group.clone(),
+            handler: schedule.handler.clone(),
         })
     }
 
@@ -885,6 +967,7 @@ async fn forward_changes(
                             Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
                             Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
                             Some(qiwu_storage::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
+                            Some(qiwu_storage::Change::Freeze(_)) => { let _ = sender.send(Command::FreezesChanged); }
                             None => break,
                         },
                         () = shutting_down(&mut shutdown) => return,

@@ -12,6 +12,7 @@ pub mod engine;
 mod engine_tests;
 mod error;
 mod fire;
+mod freezes;
 pub mod handlers;
 mod lease;
 mod observe;

@@ -33,6 +33,9 @@ pub enum Change {
     /// Someone asked to cancel this running run: its instance checks the
     /// database (which holds the request) and stops it.
     Cancel(i64),
+    /// A freeze window was created, edited or deleted: workers read the
+    /// freezes again.
+    Freeze(i64),
 }
 
 /// A held job lock. `token` increases with every acquisition of the job's

@@ -192,6 +192,9 @@ pub struct JobSchedule {
     pub time_rules: TimeRules,
     /// `skip`, `allow`, `queue_one` or `replace`.
     pub overlap_policy: String,
+    /// The job's group and handler, which freeze windows name.
+    pub group: String,
+    pub handler: String,
 }
 
 /// The time-rule columns as stored.
@@ -241,6 +244,8 @@ struct ScheduleRow {
     misfire_grace_ms: i64,
     max_runs: Option<i64>,
     overlap_policy: String,
+    group_code: String,
+    handler: String,
 }
 
 fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
@@ -265,6 +270,8 @@ fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
         allow_concurrent: row.allow_concurrent,
         time_rules,
         overlap_policy: row.overlap_policy,
+        group: row.group_code,
+        handler: row.handler,
     })
 }
 
@@ -285,6 +292,8 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
         .column(Column::MisfireGraceMs)
         .column(Column::MaxRuns)
         .column(Column::OverlapPolicy)
+        .column(Column::GroupCode)
+        .column(Column::Handler)
 }
 
 /// Filters of the job list; `None` means "any".

@@ -12,6 +12,7 @@ mod coord;
 pub mod entity;
 mod error;
 mod fires;
+mod freezes;
 mod groups;
 mod jobs;
 mod keyset;
@@ -37,6 +38,7 @@ pub use fires::{
     ClaimContext, ClaimOutcome, Claimed, END_WRITE_FALLBACK, EndWritten, FireRepo, FirstRun,
     ManualClaim, PendingFire, RunEnd, RunStart, RunStatus, TimeClaim, Trigger, storable,
 };
+pub use freezes::{FreezeRecord, FreezeRefusal, FreezeRepo};
 pub use groups::{GroupRecord, GroupRepo};
 pub use jobs::{JobFilter, JobRecord, JobRepo, JobSchedule, NewJob};
 pub use monitor::{JobHealth, MonitorRepo, PoolStats};

@@ -40,6 +40,7 @@ pub struct RunOnceAccepted {
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
         (status = 404, body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A freeze window holds the job now: the problem names it and when it ends", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[post("/api/jobs/{id}/run")]
@@ -58,6 +59,7 @@ pub async fn run_once(
         .await
         .map_err(|e| ApiError::storage(lang, e))?
         .ok_or_else(|| ApiError::job_not_found(lang, id))?;
+    crate::routes::freezes::refuse_if_frozen(&state, lang, &job, Utc::now()).await?;
     // Bound the queue: each pending fire becomes a task when an instance
     // takes it. Counting first lets a few concurrent requests pass the
     // bound together, which is harmless; an unbounded queue is not.

@@ -6,6 +6,7 @@ pub mod audit_logs;
 pub mod calendars;
 pub mod cron;
 pub mod fires;
+pub mod freezes;
 pub mod groups;
 pub mod handlers;
 pub mod health;

@@ -9,6 +9,7 @@ pub mod audit_log;
 pub mod calendar;
 pub mod calendar_date;
 pub mod fire;
+pub mod freeze;
 pub mod instance;
 pub mod job;
 pub mod job_group;

@@ -114,13 +114,13 @@ pub enum ClaimOutcome {
 }
 
 /// A fire row just taken, before its first run is written.
-struct TakenFire {
-    fire_id: i64,
-    job_id: i64,
-    scheduled_at: i64,
-    trigger: Trigger,
+pub(super) struct TakenFire {
+    pub(super) fire_id: i64,
+    pub(super) job_id: i64,
+    pub(super) scheduled_at: i64,
+    pub(super) trigger: Trigger,
     /// Index of the claim it answers.
-    index: usize,
+    pub(super) index: usize,
 }
 
 impl FireRepo<'_> {
@@ -415,7 +415,7 @@ fn chain_insert(backend: Backend, claims: &[TimeClaim], ctx: &ClaimContext<'_>) 
 
 /// Writes the first run of each fire just taken, in the claim's
 /// transaction, and reads the settings each fire runs with.
-async fn record_first_runs(
+pub(super) async fn record_first_runs(
     txn: &DatabaseTransaction,
     taken: Vec<TakenFire>,
     firsts: &[&FirstRun],

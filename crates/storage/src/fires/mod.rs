@@ -17,6 +17,7 @@
 mod claim;
 mod claim_pg;
 mod ends;
+mod freeze;
 mod sql;
 
 use std::borrow::Cow;
@@ -96,6 +97,9 @@ impl Trigger {
 pub(crate) const LANE_SCHEDULE: i16 = 0;
 /// The lane of run-once requests.
 pub(crate) const LANE_MANUAL: i16 = 1;
+/// The lane of the catch-up runs at the end of freeze windows (one per
+/// job and window end).
+pub(crate) const LANE_FREEZE: i16 = 3;
 
 /// The run row of a further attempt of a fire already claimed.
 #[derive(Debug, Clone)]
