@@ -230,6 +230,8 @@ scenarios!(
 
 /// Alert channels, policies and state.
 mod alerts;
+/// Freeze windows.
+mod freezes;
 /// The fire ledger's scenarios.
 mod ledger;
 /// What observability reads and writes.
