@@ -441,13 +441,14 @@ async fn templates_are_read_edited_and_used_by_the_next_alert() {
     assert_eq!(
         codes,
         [
+            "scheduler.calendar_data_alert",
             "scheduler.consecutive_failures_alert",
             "scheduler.failure_alert",
             "scheduler.recovery_alert",
             "scheduler.timeout_alert",
         ]
     );
-    let timeout = &list[3];
+    let timeout = &list[4];
     assert_eq!(timeout["name"], "任务超时告警");
     assert_eq!(timeout["titleZh"], "任务超时：{jobName}");
     assert_eq!(timeout["updatedBy"], "system");

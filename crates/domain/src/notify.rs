@@ -19,6 +19,9 @@ pub const FAILURE_ALERT: &str = "scheduler.failure_alert";
 pub const CONSECUTIVE_FAILURES_ALERT: &str = "scheduler.consecutive_failures_alert";
 /// Raised on the first success after an alerted failure (`alertOnRecovery`).
 pub const RECOVERY_ALERT: &str = "scheduler.recovery_alert";
+/// Raised once per job and year when the job's calendar has no data for a
+/// year its schedule is about to reach (issue 11).
+pub const CALENDAR_DATA_ALERT: &str = "scheduler.calendar_data_alert";
 
 /// What the failure, streak and recovery alerts fill in.
 const FIRE_END_PLACEHOLDERS: &[&str] = &[
@@ -52,7 +55,7 @@ impl TemplateDef {
 }
 
 /// Every template this service sends.
-pub const TEMPLATES: [TemplateDef; 4] = [
+pub const TEMPLATES: [TemplateDef; 5] = [
     TemplateDef {
         code: TIMEOUT_ALERT,
         name_zh: "任务超时告警",
@@ -99,6 +102,16 @@ pub const TEMPLATES: [TemplateDef; 4] = [
         body_zh: "任务“{jobName}”（ID {jobId}，处理器 {handler}）在连续 {failures} 次失败后已执行成功（第 {attempt} 次尝试，结束时间：{time}）。执行记录：{runId}（{runLink}）",
         title_en: "Job recovered: {jobName}",
         body_en: "Job “{jobName}” (id {jobId}, handler {handler}) succeeded after {failures} failed fire(s) (attempt {attempt}, ended at {time}). Run {runId} ({runLink})",
+    },
+    TemplateDef {
+        code: CALENDAR_DATA_ALERT,
+        name_zh: "日历数据缺失告警",
+        name_en: "Calendar data missing alert",
+        placeholders: &["jobName", "jobId", "handler", "calendar", "year", "notice"],
+        title_zh: "日历 {calendar} 缺少 {year} 年数据：{jobName}",
+        body_zh: "任务“{jobName}”（ID {jobId}，处理器 {handler}）：{notice}",
+        title_en: "Calendar {calendar} has no data for {year}: {jobName}",
+        body_en: "Job “{jobName}” (id {jobId}, handler {handler}): {notice}",
     },
 ];
 

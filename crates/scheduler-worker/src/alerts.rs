@@ -11,6 +11,9 @@
 //! an outbox row with its platform's message, written in the same
 //! transaction, which `notify.dispatch` delivers (leases, 3 attempts).
 //!
+//! A job whose calendar runs out of data for a coming year raises one
+//! alert per job, calendar and year ([`raise_calendar_alert`]).
+//!
 //! Alerts of one kind of one job are coalesced: at most one per
 //! [`COALESCE_WINDOW`], the next one saying how many were folded into it (a
 //! job timing out every second with ten retries would otherwise send eleven
@@ -19,7 +22,8 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::alert::{self, AlertKind, ChannelKind, FireEnd};
-use qiwu_domain::notify::{self, SUPER_ADMINS, TIMEOUT_ALERT};
+use qiwu_domain::notify::{self, CALENDAR_DATA_ALERT, SUPER_ADMINS, TIMEOUT_ALERT};
+use qiwu_domain::schedule::CalendarNotice;
 use qiwu_domain::settings;
 use qiwu_storage::{
     Admission, ChannelRecord, NewNotification, NotificationRecord, Store, TemplateTexts,
@@ -111,6 +115,58 @@ pub async fn raise_timeout_alert_at(
     )
     .await?;
     Ok(raised.map(|r| (r.notification, r.webhook_url_queued)))
+}
+
+/// Raises the alert that a job's calendar has no data for a year its
+/// schedule is about to reach, once per job, calendar and year across the
+/// cluster and restarts (a seed marker remembers it). `None` when it was
+/// raised before (or the job is gone).
+pub async fn raise_calendar_alert(
+    store: &Store,
+    job_id: i64,
+    notice: &CalendarNotice,
+    timezone: Tz,
+    now: DateTime<Utc>,
+) -> Result<Option<NotificationRecord>, WorkerError> {
+    let marker = format!(
+        "calendar-data-alert:{job_id}:{}:{}",
+        notice.calendar, notice.year
+    );
+    if store.is_seeded(&marker).await? {
+        return Ok(None);
+    }
+    let Some(job) = store.jobs().get(job_id).await? else {
+        return Ok(None);
+    };
+    if !store.mark_seed_once(&marker, now).await? {
+        return Ok(None);
+    }
+    let job_id = job.id.to_string();
+    let year = notice.year.to_string();
+    let text = notice.message(qiwu_domain::Lang::Zh);
+    let vars = [
+        ("jobName", job.name.as_str()),
+        ("jobId", job_id.as_str()),
+        ("handler", job.handler.as_str()),
+        ("calendar", notice.calendar.as_str()),
+        ("year", year.as_str()),
+        ("notice", text.as_str()),
+    ];
+    let raised = raise(
+        store,
+        &Raise {
+            template: CALENDAR_DATA_ALERT,
+            key: format!("calendar:{}:{}", job.id, notice.year),
+            job_id: job.id,
+            vars: &vars,
+            folded_word: "日历数据缺失",
+            channels: &job.alert.channels,
+            timezone,
+        },
+        now,
+    )
+    .await?;
+    Ok(raised.map(|r| r.notification))
 }
 
 /// How a fire ended, for its alert.

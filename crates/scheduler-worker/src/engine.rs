@@ -20,6 +20,7 @@ use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
 
+use crate::calendar_alerts::CalendarWatch;
 use crate::cancels::{Cancels, cancel_loop};
 use crate::claimer::{Claimer, Feedback, Request};
 use crate::clock::{Clock, MAX_SLEEP, sleep_for};
@@ -273,6 +274,7 @@ impl Engine {
             claims,
             last_reconcile: shared.clock.now(),
             freeze_watch: FreezeWatch::new(shared.clock.now()),
+            calendar_watch: CalendarWatch::default(),
             previous_live: shared.membership.borrow().live.clone(),
         };
         crate::observe::watch_in_flight(&shared);
@@ -550,6 +552,7 @@ struct Loop {
     claims: mpsc::UnboundedSender<Request>,
     last_reconcile: DateTime<Utc>,
     freeze_watch: FreezeWatch,
+    calendar_watch: CalendarWatch,
     /// The live workers when jobs were last placed (at start: those seen
     /// by the first heart-beat).
     previous_live: Vec<String>,
@@ -672,6 +675,12 @@ impl Loop {
                     });
                 }
                 continue;
+            }
+            if let Some(known) = self.catalog.get(&due.job_id)
+                && self.shared.rank(due.job_id) == Some(0)
+            {
+                self.calendar_watch
+                    .check(&self.shared, due.job_id, &known.schedule);
             }
             // Late is measured from the fire's start: a jittered fire is
             // due at its nominal time plus its delay.
@@ -825,6 +834,10 @@ impl Loop {
             .and_then(|s| self.known(&s, calendars));
         match known {
             Some(known) => {
+                if self.shared.rank(job_id) == Some(0) {
+                    self.calendar_watch
+                        .check(&self.shared, job_id, &known.schedule);
+                }
                 self.catalog.insert(job_id, known);
                 self.place(job_id, line);
             }
