@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     /// success is decided against the database even when the job row read
     /// at its claim (possibly before that state was written) says clear.
     pub alert_marks: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// Wakes the loop that ends pauses when a job changed.
+    pub(crate) resume_wake: crate::resumes::ResumeWake,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -214,6 +216,7 @@ impl Engine {
             permits,
             tracker: TaskTracker::new(),
             alert_marks: std::sync::Mutex::default(),
+            resume_wake: crate::resumes::ResumeWake::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -250,10 +253,16 @@ impl Engine {
             sender,
             status,
         } = self;
-        let helpers = start_helpers(&shared, &sender, &shutdown);
+        let mut helpers = start_helpers(&shared, &sender, &shutdown);
         let Some((catalog, calendars)) = start(&shared, &status, &mut shutdown).await? else {
             return Ok(());
         };
+        // Once the schema is there: the pause columns are read at once.
+        helpers.spawn(crate::resumes::resume_loop(
+            Arc::clone(&shared),
+            sender.clone(),
+            shutdown.clone(),
+        ));
         let (claims, requests) = mpsc::unbounded_channel();
         let (feedback_tx, feedback) = mpsc::unbounded_channel();
         let claimer = tokio::spawn(
@@ -593,6 +602,8 @@ impl Loop {
                 self.on_due()
             }
             Event::Command(Command::JobChanged(id)) | Event::Feedback(Feedback::Stale(id)) => {
+                // A pause may have been set, moved or ended.
+                self.shared.resume_wake.nudge();
                 self.reload(id).await
             }
             Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
@@ -601,6 +612,7 @@ impl Loop {
                 self.shared.cancels.check_now();
             }
             Event::Command(Command::Reconcile) | Event::Reconcile => {
+                self.shared.resume_wake.nudge();
                 self.reconcile().await;
                 self.poll_pending().await;
             }
