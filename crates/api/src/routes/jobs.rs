@@ -687,7 +687,7 @@ fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
     summary = "Enable, disable or pause a job",
     security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
-    request_body(content = EnabledWrite, example = json!({"enabled": false, "reason": "下游系统维护 / downstream maintenance", "until": "2026-12-01T06:00:00+08:00"})),
+    request_body(content = EnabledWrite, example = json!({"enabled": false, "reason": "下游系统维护 / downstream maintenance", "until": "2030-01-01T06:00:00+08:00"})),
     responses(
         (status = 200, description = "The job, with its new enabled state and pause", body = JobDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
@@ -732,7 +732,7 @@ pub async fn set_enabled(
     tag = "jobs",
     summary = "Enable, disable or pause several jobs",
     security(("bearer" = [])),
-    request_body(content = BatchEnabledWrite, example = json!({"group": "report", "enabled": false, "reason": "月末结账 / month-end closing", "until": "2026-12-01T06:00:00+08:00"})),
+    request_body(content = BatchEnabledWrite, example = json!({"ids": [4, 5], "enabled": false, "reason": "月末结账 / month-end closing", "until": "2030-01-01T06:00:00+08:00"})),
     responses(
         (status = 200, description = "Which jobs were written, which already were as asked, which ids name no job", body = BatchEnabledResult),
         (status = 400, body = Problem, content_type = "application/problem+json"),
