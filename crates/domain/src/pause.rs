@@ -135,16 +135,16 @@ mod tests {
         Utc.timestamp_opt(1_800_000_000 + s, 0).unwrap()
     }
 
+    /// (enabled, reason, until in s from now, the request's reason and
+    /// until or each field's problem)
+    type Case<'a> = (bool, Option<&'a str>, Option<i64>, Expected<'a>);
+    type Expected<'a> = Result<(Option<&'a str>, Option<i64>), Vec<(&'static str, PauseProblem)>>;
+
     #[test]
     fn validation_table() {
         let long = "停".repeat(501);
         let max = "停".repeat(500);
-        let cases: Vec<(
-            bool,
-            Option<&str>,
-            Option<i64>,
-            Result<(Option<&str>, Option<i64>), Vec<(&str, PauseProblem)>>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             (false, None, None, Ok((None, None))),
             (true, None, None, Ok((None, None))),
             (false, Some("发版"), Some(60), Ok((Some("发版"), Some(60)))),

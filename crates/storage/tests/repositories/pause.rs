@@ -134,7 +134,7 @@ async fn pause_many_by_ids_and_by_group(store: Store) {
         .unwrap();
     let changed: Vec<i64> = batch.changed.iter().map(|o| o.after.id).collect();
     assert_eq!(changed, [a.id]);
-    assert_eq!(batch.changed[0].before.enabled, true);
+    assert!(batch.changed[0].before.enabled);
     assert_eq!(batch.unchanged, [b.id]);
     assert_eq!(batch.not_found, [999_999]);
 
