@@ -319,6 +319,48 @@ async fn batches_and_rules(target: &Target) {
     assert_eq!(body["unchanged"], json!([a]), "{body}");
     assert_eq!(target.audits(a, "job.disable").await.len(), 1);
 
+    // An edit echoing the job back keeps its pause; an edit enabling it
+    // ends the pause.
+    let mut edit = target.job(b).await;
+    edit["remark"] = json!("edited while paused");
+    // Not echoable (a read-only field of the time rules the job body
+    // does not list); left out.
+    if let Some(map) = edit.as_object_mut() {
+        map.remove("scheduledSuccesses");
+    }
+    let (status, body) = target
+        .send(
+            reqwest::Method::PUT,
+            &format!("/api/jobs/{b}"),
+            &admin_token(),
+            "en",
+            Some(edit),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["pausedReason"], "月结", "{body}");
+    assert_eq!(body["pausedBy"], "admin", "{body}");
+    let version = body["version"].clone();
+    let (status, body) = target
+        .send(
+            reqwest::Method::PUT,
+            &format!("/api/jobs/{b}"),
+            &admin_token(),
+            "en",
+            Some(json!({"version": version, "enabled": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["pausedReason"], Value::Null, "{body}");
+    assert_eq!(body["pausedAt"], Value::Null, "{body}");
+    let (status, body) = target
+        .batch(
+            json!({"ids": [b], "enabled": false, "reason": "月结"}),
+            "en",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
     // By group: every job of it, each audited; the others untouched.
     let (status, body) = target
         .batch(json!({"group": "nightly", "enabled": true}), "en")
