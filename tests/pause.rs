@@ -2,7 +2,8 @@
 //! the pause shows on the job, the job is enabled again at its end exactly
 //! once (also by a cluster of two workers racing for it), nothing fires
 //! while it is paused and the first fire after is the first cron time
-//! after the end; batches by ids and by group; validation; permission.
+//! after the end (on all three databases); batches by ids and by group;
+//! validation; permission.
 
 mod common;
 
@@ -256,6 +257,13 @@ async fn pause_until_resumes_once_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_until_resumes_once_on_postgres() {
     let server = Server::start_with(Db::Postgres, &[]);
+    let target = Target::of(&server).await;
+    pause_and_resume(&target, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_until_resumes_once_on_mariadb() {
+    let server = Server::start_with(Db::MySql, &[]);
     let target = Target::of(&server).await;
     pause_and_resume(&target, 1).await;
 }
