@@ -970,10 +970,10 @@ fn read_pause(f: &mut Fields, enabled: Option<bool>, now: DateTime<Utc>) -> Opti
 #[derive(Debug, ToSchema)]
 #[schema(rename_all = "camelCase")]
 pub struct BatchEnabledWrite {
-    /// 1–1000 job ids.
-    #[schema(schema_with = schema::id_list)]
+    #[schema(schema_with = schema::reported_id_list)]
     pub ids: Option<Vec<i64>>,
-    /// A job group's code: every job in it.
+    /// A job group's code (one that exists): every job in it. Send either
+    /// `ids` or `group`.
     pub group: Option<String>,
     pub enabled: bool,
     /// As for a single job: only with `enabled: false`, at most 500
