@@ -3,6 +3,7 @@
 use chrono::{DateTime, FixedOffset, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::calendar::CalendarRule;
+use qiwu_domain::pause::{self, PauseRequest};
 use qiwu_domain::{HandlerDescriptor, Lang, builtin};
 use qiwu_storage::{AuditRecord, GroupRecord, JobRecord, RunRecord};
 use serde::{Deserialize, Serialize};
@@ -232,6 +233,14 @@ pub struct JobDto {
     /// Alert channel ids (`GET /api/alert-channels`); empty: the default
     /// channels (or the super administrators' inbox when none is default).
     pub alert_channels: Vec<i64>,
+    /// Why the job was paused; null without a reason or while enabled.
+    pub paused_reason: Option<String>,
+    /// Who disabled the job (`system` for the engine); null while enabled.
+    pub paused_by: Option<String>,
+    /// When the job was disabled; null while enabled.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// When the cluster enables the job again; null: until someone does.
+    pub paused_until: Option<DateTime<Utc>>,
 }
 
 impl JobDto {
@@ -273,6 +282,10 @@ impl JobDto {
             alert_after_consecutive_failures: j.alert.after_consecutive_failures,
             alert_on_recovery: j.alert.on_recovery,
             alert_channels: j.alert.channels,
+            paused_reason: j.pause.reason,
+            paused_by: j.pause.by,
+            paused_at: j.pause.at,
+            paused_until: j.pause.until,
         }
     }
 }
@@ -889,7 +902,8 @@ pub struct JobQuery {
     pub page_size: Option<String>,
 }
 
-/// Enable or disable a job.
+/// Enable or disable a job; a disable may carry a reason and an end
+/// (a pause).
 #[derive(Debug, ToSchema)]
 #[schema(rename_all = "camelCase")]
 pub struct EnabledWrite {
@@ -897,20 +911,142 @@ pub struct EnabledWrite {
     /// When given, a stale version gets 409.
     #[schema(nullable, minimum = 1, maximum = 9007199254740991_i64)]
     pub version: Option<i64>,
+    /// Why the job is paused, at most 500 characters; only with
+    /// `enabled: false`. Blank means none.
+    #[schema(nullable, max_length = 500)]
+    pub reason: Option<String>,
+    /// When the cluster enables the job again (RFC 3339 with an offset,
+    /// in the future); only with `enabled: false`. Null: until someone
+    /// enables it.
+    #[schema(nullable)]
+    pub until: Option<DateTime<FixedOffset>>,
+}
+
+/// A checked enable or disable: the request and the version to check.
+pub struct EnabledRead {
+    pub request: PauseRequest,
+    pub version: Option<i64>,
 }
 
 impl EnabledWrite {
-    /// Reads the body, each bad field named.
-    pub fn read(lang: Lang, body: Value) -> Result<EnabledWrite, ApiError> {
-        let mut f = Fields::new(lang, body, &["enabled", "version"])?;
+    /// Reads the body at `now`, each bad field named.
+    pub fn read(lang: Lang, body: Value, now: DateTime<Utc>) -> Result<EnabledRead, ApiError> {
+        let mut f = Fields::new(lang, body, &["enabled", "version", "reason", "until"])?;
         let enabled = f.boolean("enabled", true);
         let version = f.integer("version", 1, MAX_SAFE_INTEGER, false);
+        let request = read_pause(&mut f, enabled, now);
         f.finish()?;
-        Ok(EnabledWrite {
-            enabled: enabled.unwrap_or_default(),
+        Ok(EnabledRead {
+            // Present whenever `finish` passed.
+            request: request.unwrap_or(PauseRequest {
+                enabled: enabled.unwrap_or_default(),
+                reason: None,
+                until: None,
+            }),
             version,
         })
     }
+}
+
+/// Reads `reason` and `until` and checks them with `enabled` by the
+/// domain's rules, each problem recorded on its field.
+fn read_pause(f: &mut Fields, enabled: Option<bool>, now: DateTime<Utc>) -> Option<PauseRequest> {
+    let reason = f.string("reason", false);
+    let until = f.instant("until").map(|t| t.with_timezone(&Utc));
+    let enabled = enabled?;
+    match pause::validate(enabled, reason.as_deref(), until, now) {
+        Ok(request) => Some(request),
+        Err(errors) => {
+            for e in errors {
+                f.fail(e.field, e.message(Lang::Zh), e.message(Lang::En));
+            }
+            None
+        }
+    }
+}
+
+/// Enable or disable several jobs: by `ids` or every job of a `group`
+/// (exactly one of them).
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct BatchEnabledWrite {
+    #[schema(schema_with = schema::reported_id_list)]
+    pub ids: Option<Vec<i64>>,
+    /// A job group's code (one that exists): every job in it. Send either
+    /// `ids` or `group`.
+    pub group: Option<String>,
+    pub enabled: bool,
+    /// As for a single job: only with `enabled: false`, at most 500
+    /// characters.
+    #[schema(nullable, max_length = 500)]
+    pub reason: Option<String>,
+    /// As for a single job: in the future, only with `enabled: false`.
+    #[schema(nullable)]
+    pub until: Option<DateTime<FixedOffset>>,
+}
+
+/// Which jobs a checked batch request names.
+pub enum BatchTarget {
+    Ids(Vec<i64>),
+    Group(String),
+}
+
+impl BatchEnabledWrite {
+    /// Reads the body at `now`, each bad field named.
+    pub fn read(
+        lang: Lang,
+        body: Value,
+        now: DateTime<Utc>,
+    ) -> Result<(BatchTarget, PauseRequest), ApiError> {
+        let mut f = Fields::new(lang, body, &["ids", "group", "enabled", "reason", "until"])?;
+        let has_ids = f.value("ids").is_some();
+        let group = f.string("group", false);
+        let target = match (has_ids, group) {
+            (true, None) => Some(BatchTarget::Ids(f.ids("ids", IdList::MAX))),
+            (false, Some(group)) => Some(BatchTarget::Group(group)),
+            (true, Some(_)) => {
+                f.fail(
+                    "group",
+                    "ids 与 group 只能填写一个",
+                    "Send either ids or group, not both",
+                );
+                None
+            }
+            (false, None) => {
+                f.fail(
+                    "ids",
+                    "请填写 ids 或 group（二选一）",
+                    "Send ids or group (one of them)",
+                );
+                None
+            }
+        };
+        let enabled = f.boolean("enabled", true);
+        let request = read_pause(&mut f, enabled, now);
+        f.finish()?;
+        match (target, request) {
+            (Some(target), Some(request)) => Ok((target, request)),
+            // `finish` reports whatever left one of them out.
+            _ => Err(ApiError::bad_request(
+                lang,
+                "请求体不完整",
+                "The request body is incomplete",
+            )),
+        }
+    }
+}
+
+/// What a batch enable or disable did.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchEnabledResult {
+    /// Jobs written now (each audited), ascending.
+    pub updated: Vec<i64>,
+    /// Jobs that already were as asked, ascending.
+    pub unchanged: Vec<i64>,
+    /// Requested ids that name no job, ascending (always empty for a
+    /// group).
+    pub not_found: Vec<i64>,
 }
 
 /// Ids of jobs or runs to delete.

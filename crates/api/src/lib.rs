@@ -42,6 +42,7 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::list_jobs)
         .service(jobs::create_job)
         .service(jobs::batch_delete)
+        .service(jobs::batch_enabled)
         // Before `/api/jobs/{id}`, which would take `export` for an id.
         .service(job_export::export_jobs)
         .service(jobs::get_job)

@@ -62,6 +62,17 @@ pub fn params_input() -> Schema {
 
 /// 1 to 1000 ids, each a whole number from 1 to 2^53 − 1.
 pub fn id_list() -> Schema {
+    ids_described("1 to 1000 ids; ids that do not exist are ignored")
+}
+
+/// [`id_list`] for a batch that reports the ids naming no job.
+pub fn reported_id_list() -> Schema {
+    ids_described(
+        "1 to 1000 job ids; ids that name no job are listed in `notFound`; send either `ids` or `group`",
+    )
+}
+
+fn ids_described(description: &str) -> Schema {
     ArrayBuilder::new()
         .items(
             ObjectBuilder::new()
@@ -74,7 +85,7 @@ pub fn id_list() -> Schema {
         )
         .min_items(Some(1))
         .max_items(Some(crate::dto::IdList::MAX))
-        .description(Some("1 to 1000 ids; ids that do not exist are ignored"))
+        .description(Some(description))
         .build()
         .into()
 }

@@ -81,7 +81,7 @@ pub const TIME_RULE_FIELDS: [&str; 7] = [
 ];
 
 /// Read-only fields a client may echo back; they are ignored.
-pub const READ_ONLY_FIELDS: [&str; 12] = [
+pub const READ_ONLY_FIELDS: [&str; 16] = [
     "id",
     "version",
     "builtin",
@@ -94,6 +94,11 @@ pub const READ_ONLY_FIELDS: [&str; 12] = [
     "notice",
     "recentRuns",
     "groupLabel",
+    // The pause is written by `PUT /api/jobs/{id}/enabled` only.
+    "pausedReason",
+    "pausedBy",
+    "pausedAt",
+    "pausedUntil",
 ];
 
 /// What to do with fire times missed while no instance ran.

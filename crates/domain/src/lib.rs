@@ -19,6 +19,7 @@ pub mod job;
 pub mod misfire;
 pub mod notify;
 pub mod params;
+pub mod pause;
 pub mod retry;
 pub mod schedule;
 pub mod settings;

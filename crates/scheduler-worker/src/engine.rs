@@ -147,6 +147,8 @@ pub(crate) struct Shared {
     pub alert_marks: std::sync::Mutex<std::collections::HashSet<i64>>,
     /// The freeze windows (`crate::freezes`).
     pub freezes: crate::freezes::FreezeBook,
+    /// Wakes the loop that ends pauses when a job changed.
+    pub(crate) resume_wake: crate::resumes::ResumeWake,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -221,6 +223,7 @@ impl Engine {
             tracker: TaskTracker::new(),
             alert_marks: std::sync::Mutex::default(),
             freezes: crate::freezes::FreezeBook::default(),
+            resume_wake: crate::resumes::ResumeWake::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -257,10 +260,16 @@ impl Engine {
             sender,
             status,
         } = self;
-        let helpers = start_helpers(&shared, &sender, &shutdown);
+        let mut helpers = start_helpers(&shared, &sender, &shutdown);
         let Some((catalog, calendars)) = start(&shared, &status, &mut shutdown).await? else {
             return Ok(());
         };
+        // Once the schema is there: the pause columns are read at once.
+        helpers.spawn(crate::resumes::resume_loop(
+            Arc::clone(&shared),
+            sender.clone(),
+            shutdown.clone(),
+        ));
         let (claims, requests) = mpsc::unbounded_channel();
         let (feedback_tx, feedback) = mpsc::unbounded_channel();
         let claimer = tokio::spawn(
@@ -615,6 +624,8 @@ impl Loop {
                 self.on_due()
             }
             Event::Command(Command::JobChanged(id)) | Event::Feedback(Feedback::Stale(id)) => {
+                // A pause may have been set, moved or ended.
+                self.shared.resume_wake.nudge();
                 self.reload(id).await
             }
             Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
@@ -624,6 +635,7 @@ impl Loop {
             }
             Event::Command(Command::Reconcile) | Event::Reconcile => {
                 self.reload_freezes().await;
+                self.shared.resume_wake.nudge();
                 self.reconcile().await;
                 self.poll_pending().await;
             }

@@ -1435,3 +1435,72 @@ async fn a_jittered_fire_starts_after_its_nominal_time_by_its_own_delay() {
         "each time its own delay: {delays:?}"
     );
 }
+
+/// A pause with an end: nothing fires while paused, the job is enabled at
+/// the end (by the system, audited once), and its first fire is the first
+/// cron time after the end: no catch-up and no skip for the paused times.
+#[tokio::test(start_paused = true)]
+async fn a_paused_job_resumes_at_its_end_and_fires_from_there() {
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[job("paused", "test.stubborn", "* * * * * *")],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let id = ids[0];
+    h.until(id, Duration::from_secs(20), |runs| runs.len() >= 2)
+        .await;
+    let paused_at = h.now();
+    let until = paused_at + chrono::Duration::milliseconds(4_300);
+    let request = qiwu_domain::pause::PauseRequest {
+        enabled: false,
+        reason: Some("maintenance".into()),
+        until: Some(until),
+    };
+    h.store
+        .jobs()
+        .pause(id, &request, None, "alice", paused_at)
+        .await
+        .expect("pause");
+    h.handle.send(Command::JobChanged(id));
+    let runs = h
+        .until(id, Duration::from_secs(20), |runs| {
+            runs.iter().any(|r| r.scheduled_at > ms(until))
+        })
+        .await;
+    let (store, _hold) = h.shut_down().await;
+    let until_ms = ms(until);
+    let first_after = until_ms - until_ms.rem_euclid(1000) + 1000;
+    let after: Vec<&run::Model> = runs
+        .iter()
+        .filter(|r| r.scheduled_at > ms(paused_at))
+        .collect();
+    assert_eq!(after[0].scheduled_at, first_after, "{runs:#?}");
+    assert_eq!(after[0].trigger, "schedule", "{runs:#?}");
+    assert!(
+        runs.iter()
+            .all(|r| r.trigger == "schedule" && r.status == "success"),
+        "{runs:#?}"
+    );
+    let job = store.jobs().get(id).await.expect("read").expect("job");
+    assert!(job.enabled);
+    assert_eq!(job.updated_by, texts::SYSTEM_ACTOR);
+    assert_eq!(job.pause, qiwu_storage::Pause::default());
+    assert_eq!(job.schedule_from, until);
+    let audits = store
+        .audit()
+        .list(&Default::default(), 10, None)
+        .await
+        .expect("audit")
+        .0;
+    assert_eq!(audits.len(), 1, "{audits:#?}");
+    assert_eq!(audits[0].action, "job.enable");
+    assert_eq!(audits[0].actor, "system");
+    // Resumed at its end, not a tick later.
+    let late = audits[0].at - until;
+    assert!(
+        late >= chrono::Duration::zero() && late < chrono::Duration::milliseconds(100),
+        "resumed {late} after the end"
+    );
+}

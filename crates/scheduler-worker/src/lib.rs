@@ -18,6 +18,7 @@ pub mod handlers;
 mod lease;
 mod observe;
 mod recorder;
+mod resumes;
 mod schedules;
 pub mod seed;
 #[cfg(test)]

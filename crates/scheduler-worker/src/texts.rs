@@ -47,6 +47,11 @@ pub(crate) fn params_invalid(list: &str) -> String {
 /// Who the audit log names for what the engine itself decides.
 pub const SYSTEM_ACTOR: &str = "system";
 
+/// The audit summary of a job the system enabled at the end of its pause.
+pub fn pause_ended(job_name: &str) -> String {
+    format!("任务「{job_name}」暂停到期，系统自动启用")
+}
+
 /// The audit summary of a job that disabled itself at its `maxRuns`.
 pub fn limit_reached(job_name: &str, max_runs: Option<i64>) -> String {
     let max = max_runs.unwrap_or_default();

@@ -10,6 +10,7 @@ use sea_orm::{
 };
 
 use qiwu_domain::alert::{AlertPolicy, AlertState};
+use qiwu_domain::pause::PauseRequest;
 
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
@@ -94,6 +95,51 @@ pub struct JobRecord {
     pub alert: AlertPolicy,
     /// What the engine remembers between fires; not part of `version`.
     pub alert_state: AlertState,
+    /// Who disabled the job and when, why, and until when; all `None`
+    /// while the job is enabled.
+    pub pause: Pause,
+}
+
+/// The pause of a disabled job (issue 10 part 3).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pause {
+    pub reason: Option<String>,
+    pub by: Option<String>,
+    pub at: Option<DateTime<Utc>>,
+    /// When the cluster enables the job again.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Which jobs a batch enable or disable touches.
+#[derive(Debug, Clone, Copy)]
+pub enum JobSelection<'a> {
+    Ids(&'a [i64]),
+    Group(&'a str),
+}
+
+/// What a single enable or disable did: the job before and after (equal
+/// when nothing changed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnabledOutcome {
+    pub before: JobRecord,
+    pub after: JobRecord,
+}
+
+impl EnabledOutcome {
+    pub fn changed(&self) -> bool {
+        self.before.version != self.after.version
+    }
+}
+
+/// What a batch enable or disable did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchEnabled {
+    /// The jobs written, before and after, by id.
+    pub changed: Vec<EnabledOutcome>,
+    /// Jobs that already were as asked, by id.
+    pub unchanged: Vec<i64>,
+    /// Requested ids that name no job, ascending.
+    pub not_found: Vec<i64>,
 }
 
 impl JobRecord {
@@ -160,6 +206,12 @@ impl TryFrom<job::Model> for JobRecord {
             alert_state: AlertState {
                 failed_in_a_row: u32::try_from(m.alert_streak).unwrap_or(0),
                 alerted: m.alert_alerted,
+            },
+            pause: Pause {
+                reason: m.paused_reason,
+                by: m.paused_by,
+                at: m.paused_at.map(from_millis).transpose()?,
+                until: m.paused_until.map(from_millis).transpose()?,
             },
         })
     }
@@ -503,8 +555,13 @@ impl JobRepo<'_> {
         } else {
             Expr::col(Column::ScheduledSuccesses)
         };
-        let changed = job::Entity::update_many()
-            .set(editable_fields(job, actor, now))
+        let mut write = job::Entity::update_many().set(editable_fields(job, actor, now));
+        if current.enabled != job.enabled {
+            // An edit that flips `enabled` pauses without a note, or ends
+            // the pause.
+            write = pause_columns(write, job.enabled, None, None, actor, now);
+        }
+        let changed = write
             .col_expr(Column::ScheduledSuccesses, successes)
             .col_expr(Column::ScheduleFrom, Expr::val(schedule_from))
             .col_expr(Column::Version, Expr::col(Column::Version).add(1))
@@ -536,7 +593,8 @@ impl JobRepo<'_> {
     /// Sets `enabled`; bumps version and updated_* only when the value
     /// changes (returns the unchanged record otherwise). With
     /// `expected_version`, a stale version → `StaleVersion`. `NotFound` when
-    /// missing.
+    /// missing. Disabling notes who and when (a pause without a reason or
+    /// an end); enabling clears the pause.
     pub async fn set_enabled(
         &self,
         id: i64,
@@ -545,55 +603,217 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
-        let txn = self.store.begin_write().await?;
-        let now = to_millis(now);
-        let toggle = || {
-            // Enabling starts a new schedule (re-enabled jobs continue from
-            // the next time; the disabled period is never missed).
-            // `GREATEST(schedule_from + 1, now)` keeps it increasing.
-            let starts = Expr::case(
-                Expr::col(Column::ScheduleFrom).gte(now),
-                Expr::col(Column::ScheduleFrom).add(1),
-            )
-            .finally(Expr::val(now));
-            let mut q = job::Entity::update_many()
-                .col_expr(Column::Enabled, Expr::val(enabled))
-                .col_expr(Column::ScheduleFrom, starts.into())
-                .col_expr(Column::UpdatedAt, Expr::val(now))
-                .col_expr(Column::UpdatedBy, Expr::val(actor))
-                .col_expr(Column::Version, Expr::col(Column::Version).add(1))
-                .filter(Column::Id.eq(id))
-                .filter(Column::Enabled.ne(enabled));
-            if let Some(expected) = expected_version {
-                q = q.filter(Column::Version.eq(expected));
-            }
-            q
+        let request = PauseRequest {
+            enabled,
+            reason: None,
+            until: None,
         };
-        // The version check and the bump are one statement, as for `update`.
-        if toggle().exec(&txn).await?.rows_affected == 0 {
-            // Nothing changed: find out why, holding the row lock this time.
-            let row = job::Entity::find_by_id(id)
-                .lock_exclusive()
-                .one(&txn)
-                .await?
-                .ok_or(StorageError::NotFound)?;
-            if let Some(expected) = expected_version
-                && expected != row.version
-            {
-                return Err(StorageError::StaleVersion {
-                    current: row.version,
-                });
-            }
-            if row.enabled == enabled {
-                return JobRecord::try_from(row);
-            }
-            // Another writer flipped it between our two statements; with the
-            // lock held, the retry cannot race.
-            toggle().exec(&txn).await?;
+        Ok(self
+            .pause(id, &request, expected_version, actor, now)
+            .await?
+            .after)
+    }
+
+    /// Enables a job, or disables it with an optional reason and end (a
+    /// pause), as checked by `qiwu_domain::pause::validate`. A disabled
+    /// job paused again with a reason or an end gets the new pause; a bare
+    /// request for the state the job has changes nothing (same version).
+    /// With `expected_version`, a stale version → `StaleVersion`;
+    /// `NotFound` when missing.
+    pub async fn pause(
+        &self,
+        id: i64,
+        request: &PauseRequest,
+        expected_version: Option<i64>,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<EnabledOutcome, StorageError> {
+        let txn = self.store.begin_write().await?;
+        // A locking read: concurrent writers queue here and each decides
+        // on the latest committed row.
+        let row = job::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+            .ok_or(StorageError::NotFound)?;
+        if let Some(expected) = expected_version
+            && expected != row.version
+        {
+            return Err(StorageError::StaleVersion {
+                current: row.version,
+            });
         }
-        let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        let outcome = write_enabled(&txn, row, request, actor, to_millis(now)).await?;
         txn.commit().await?;
-        Ok(updated)
+        Ok(outcome)
+    }
+
+    /// [`JobRepo::pause`] for many jobs in one transaction, without
+    /// version checks: by ids (missing ones reported) or every job of a
+    /// group.
+    pub async fn pause_many(
+        &self,
+        selection: JobSelection<'_>,
+        request: &PauseRequest,
+        actor: &str,
+        now: DateTime<Utc>,
+    ) -> Result<BatchEnabled, StorageError> {
+        let now = to_millis(now);
+        let txn = self.store.begin_write().await?;
+        let mut rows = Vec::new();
+        let mut not_found = Vec::new();
+        match selection {
+            JobSelection::Ids(ids) => {
+                let mut ids = ids.to_vec();
+                ids.sort_unstable();
+                ids.dedup();
+                for chunk in ids.chunks(IN_CHUNK) {
+                    let found = job::Entity::find()
+                        .filter(Column::Id.is_in(chunk.iter().copied()))
+                        .order_by_asc(Column::Id)
+                        .lock_exclusive()
+                        .all(&txn)
+                        .await?;
+                    not_found.extend(
+                        chunk
+                            .iter()
+                            .filter(|id| !found.iter().any(|r| r.id == **id)),
+                    );
+                    rows.extend(found);
+                }
+            }
+            JobSelection::Group(code) => {
+                rows = job::Entity::find()
+                    .filter(crate::keyset::text_eq(Column::GroupCode, code))
+                    .order_by_asc(Column::Id)
+                    .lock_exclusive()
+                    .all(&txn)
+                    .await?;
+            }
+        }
+        let mut batch = BatchEnabled {
+            not_found,
+            ..BatchEnabled::default()
+        };
+        for row in rows {
+            let id = row.id;
+            let outcome = write_enabled(&txn, row, request, actor, now).await?;
+            if outcome.changed() {
+                batch.changed.push(outcome);
+            } else {
+                batch.unchanged.push(id);
+            }
+        }
+        txn.commit().await?;
+        Ok(batch)
+    }
+
+    /// The earliest end of a pause still to come (or overdue): when the
+    /// engine next has a job to enable. Reads `idx_jobs_paused_until`.
+    pub async fn next_resume(&self) -> Result<Option<DateTime<Utc>>, StorageError> {
+        let next: Option<Option<i64>> = job::Entity::find()
+            .select_only()
+            .column_as(Column::PausedUntil.min(), "next")
+            .filter(Column::Enabled.eq(false))
+            .filter(Column::PausedUntil.is_not_null())
+            .into_tuple()
+            .one(self.store.connection())
+            .await?;
+        next.flatten().map(from_millis).transpose()
+    }
+
+    /// Paused jobs whose end is at or before `now`, earliest first, at most
+    /// `limit`: (id, the end), what [`JobRepo::resume`] takes.
+    pub async fn due_resumes(
+        &self,
+        now: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<Vec<(i64, DateTime<Utc>)>, StorageError> {
+        let rows: Vec<(i64, i64)> = job::Entity::find()
+            .select_only()
+            .column(Column::Id)
+            .column(Column::PausedUntil)
+            .filter(Column::Enabled.eq(false))
+            .filter(Column::PausedUntil.lte(to_millis(now)))
+            .order_by_asc(Column::PausedUntil)
+            .order_by_asc(Column::Id)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        rows.into_iter()
+            .map(|(id, until)| Ok((id, from_millis(until)?)))
+            .collect()
+    }
+
+    /// Ends the pause of job `id` that was to end at `until`: enables it
+    /// as `actor` (the system), its new schedule starting at `until` (so
+    /// no time of the paused period is ever fired or caught up), and
+    /// writes the audit entry (`job.enable`, `summary` given the job's
+    /// name) in the same transaction. Exactly one caller wins: the write
+    /// is conditional on the job still being disabled with that same end.
+    /// Returns the enabled job, or `None` when someone else resumed,
+    /// re-paused, enabled or deleted it first.
+    pub async fn resume(
+        &self,
+        id: i64,
+        until: DateTime<Utc>,
+        actor: &str,
+        summary: impl Fn(&str) -> String,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>, StorageError> {
+        let until_ms = to_millis(until);
+        let txn = self.store.begin_write().await?;
+        let Some(row) = job::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if row.enabled || row.paused_until != Some(until_ms) {
+            return Ok(None);
+        }
+        let before = JobRecord::try_from(row.clone())?;
+        let write = pause_columns(
+            job::Entity::update_many(),
+            true,
+            None,
+            None,
+            actor,
+            to_millis(now),
+        );
+        let changed = write
+            .col_expr(Column::Enabled, Expr::val(true))
+            .col_expr(
+                Column::ScheduleFrom,
+                Expr::val(next_schedule_from(row.schedule_from, until_ms)),
+            )
+            .col_expr(Column::UpdatedAt, Expr::val(to_millis(now)))
+            .col_expr(Column::UpdatedBy, Expr::val(actor))
+            .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+            .filter(Column::Id.eq(id))
+            .filter(Column::Enabled.eq(false))
+            .filter(Column::PausedUntil.eq(until_ms))
+            .exec(&txn)
+            .await?
+            .rows_affected;
+        if changed != 1 {
+            return Ok(None);
+        }
+        let after = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        let entry = crate::NewAudit {
+            actor: actor.to_owned(),
+            action: "job.enable".to_owned(),
+            target_type: "job".to_owned(),
+            target_id: Some(id.to_string()),
+            summary: summary(&after.name),
+            before: Some(pause_json(&before)),
+            after: Some(pause_json(&after)),
+        };
+        crate::audit::insert(&txn, &entry, now).await?;
+        txn.commit().await?;
+        Ok(Some(after))
     }
 
     /// Counts one more successful scheduled fire of a job with a `maxRuns`
@@ -633,7 +853,7 @@ impl JobRepo<'_> {
             return Ok(None);
         }
         let before = JobRecord::try_from(row.clone())?;
-        job::Entity::update_many()
+        pause_columns(job::Entity::update_many(), false, None, None, actor, now_ms)
             .col_expr(Column::Enabled, Expr::val(false))
             .col_expr(
                 Column::ScheduleFrom,
@@ -739,6 +959,84 @@ fn limit_json(job: &JobRecord) -> serde_json::Value {
     })
 }
 
+/// Writes a locked job's `enabled` and pause as `request` asks, when that
+/// changes it; the job before and after.
+async fn write_enabled<C: ConnectionTrait>(
+    db: &C,
+    row: job::Model,
+    request: &PauseRequest,
+    actor: &str,
+    now: i64,
+) -> Result<EnabledOutcome, StorageError> {
+    let before = JobRecord::try_from(row.clone())?;
+    if !request.changes(row.enabled) {
+        return Ok(EnabledOutcome {
+            after: before.clone(),
+            before,
+        });
+    }
+    let mut write = pause_columns(
+        job::Entity::update_many(),
+        request.enabled,
+        request.reason.as_deref(),
+        request.until.map(to_millis),
+        actor,
+        now,
+    )
+    .col_expr(Column::Enabled, Expr::val(request.enabled))
+    .col_expr(Column::UpdatedAt, Expr::val(now))
+    .col_expr(Column::UpdatedBy, Expr::val(actor))
+    .col_expr(Column::Version, Expr::col(Column::Version).add(1))
+    .filter(Column::Id.eq(row.id));
+    if request.enabled != row.enabled {
+        // Enabling starts a new schedule (re-enabled jobs continue from
+        // the next time; the disabled period is never missed).
+        write = write.col_expr(
+            Column::ScheduleFrom,
+            Expr::val(next_schedule_from(row.schedule_from, now)),
+        );
+    }
+    write.exec(db).await?;
+    let after = find(db, row.id).await?.ok_or(StorageError::NotFound)?;
+    Ok(EnabledOutcome { before, after })
+}
+
+/// Sets the pause columns of an `enabled` write: cleared when enabling,
+/// else the reason, the end, and who paused and when.
+fn pause_columns(
+    write: sea_orm::UpdateMany<job::Entity>,
+    enabled: bool,
+    reason: Option<&str>,
+    until: Option<i64>,
+    actor: &str,
+    now: i64,
+) -> sea_orm::UpdateMany<job::Entity> {
+    let (reason, by, at, until) = if enabled {
+        (None, None, None, None)
+    } else {
+        (reason, Some(actor), Some(now), until)
+    };
+    write
+        .col_expr(Column::PausedReason, Expr::val(reason.map(str::to_owned)))
+        .col_expr(Column::PausedBy, Expr::val(by.map(str::to_owned)))
+        .col_expr(Column::PausedAt, Expr::val(at))
+        .col_expr(Column::PausedUntil, Expr::val(until))
+}
+
+/// What the audit entry of a job the system resumed keeps.
+fn pause_json(job: &JobRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": job.id,
+        "name": job.name,
+        "enabled": job.enabled,
+        "pausedReason": job.pause.reason,
+        "pausedBy": job.pause.by,
+        "pausedAt": job.pause.at,
+        "pausedUntil": job.pause.until,
+        "version": job.version,
+    })
+}
+
 /// The start of a new schedule: now, but always after the previous one, so
 /// a timer armed from the old schedule can never match it.
 fn next_schedule_from(previous: i64, now: i64) -> i64 {
@@ -791,6 +1089,11 @@ fn editable_fields(job: &NewJob, actor: &str, now: i64) -> job::ActiveModel {
         // The engine's state is never written by an edit.
         alert_streak: NotSet,
         alert_alerted: NotSet,
+        // Written with `enabled` where it changes (`pause_columns`).
+        paused_reason: NotSet,
+        paused_by: NotSet,
+        paused_at: NotSet,
+        paused_until: NotSet,
     }
 }
 

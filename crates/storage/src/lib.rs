@@ -40,7 +40,10 @@ pub use fires::{
 };
 pub use freezes::{FreezeRecord, FreezeRefusal, FreezeRepo};
 pub use groups::{GroupRecord, GroupRepo};
-pub use jobs::{JobFilter, JobRecord, JobRepo, JobSchedule, NewJob};
+pub use jobs::{
+    BatchEnabled, EnabledOutcome, JobFilter, JobRecord, JobRepo, JobSchedule, JobSelection, NewJob,
+    Pause,
+};
 pub use monitor::{JobHealth, MonitorRepo, PoolStats};
 pub use notifications::{
     NewNotification, NotificationCursor, NotificationPage, NotificationRecord, NotificationRepo,

@@ -7,15 +7,15 @@ use chrono_tz::Tz;
 use qiwu_domain::alert::{self, AlertPolicy};
 use qiwu_domain::job::{self, JobSpec};
 use qiwu_domain::{CronExpr, Lang, Schedule, TimeRules, builtin};
-use qiwu_storage::{JobFilter, JobRecord, NewJob, StorageError};
+use qiwu_storage::{EnabledOutcome, JobFilter, JobRecord, JobSelection, NewJob, StorageError};
 use serde_json::{Map, Value, json};
 
 use crate::audit::{self, Action, Target, job_json};
 use crate::auth::{Permission, Principal};
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
-    EnabledWrite, IdList, JobChangePreview, JobCreate, JobDetailDto, JobDto, JobPage, JobQuery,
-    JobUpdate, RecentRunDto, in_zone,
+    BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
+    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone,
 };
 use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
@@ -680,15 +680,16 @@ fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
         || current.time_rules.jitter_ms != new.time_rules.jitter_ms
 }
 
-/// Enables or disables a job at once on every instance.
+/// Enables or disables a job at once on every instance; a disable may
+/// carry a reason and an end, at which the cluster enables the job again.
 #[utoipa::path(
     tag = "jobs",
-    summary = "Enable or disable a job",
+    summary = "Enable, disable or pause a job",
     security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, maximum = 9007199254740991_i64, description = "Job id")),
-    request_body(content = EnabledWrite, example = json!({"enabled": false})),
+    request_body(content = EnabledWrite, example = json!({"enabled": false, "reason": "下游系统维护 / downstream maintenance", "until": "2030-01-01T06:00:00+08:00"})),
     responses(
-        (status = 200, description = "The job, with its new enabled state", body = JobDto),
+        (status = 200, description = "The job, with its new enabled state and pause", body = JobDto),
         (status = 400, body = Problem, content_type = "application/problem+json"),
         (status = 401, body = Problem, content_type = "application/problem+json"),
         (status = 403, body = Problem, content_type = "application/problem+json"),
@@ -706,13 +707,11 @@ pub async fn set_enabled(
     who.require(&[Permission::TaskModify])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = EnabledWrite::read(lang, body.into_inner())?;
-    // Read first: the audit entry keeps the job as it was.
-    let before = load(&state, lang, id).await?;
-    let job = state
+    let body = EnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let outcome = state
         .store
         .jobs()
-        .set_enabled(id, body.enabled, body.version, &who.actor(), Utc::now())
+        .pause(id, &body.request, body.version, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
             StorageError::NotFound => ApiError::job_not_found(lang, id),
@@ -720,26 +719,104 @@ pub async fn set_enabled(
         })?;
     state.changes.job_changed(id);
     // Setting the state it already had changes nothing (same version).
-    if job.version != before.version {
-        let (action, verb) = if job.enabled {
-            (Action::JobEnable, "启用")
-        } else {
-            (Action::JobDisable, "停用")
-        };
-        audit::record(
-            &state,
-            &who,
-            action,
-            Target::Job,
-            Some(id.to_string()),
-            format!("{verb}任务「{}」", job.name),
-            job_json(&before),
-            job_json(&job),
-        )
-        .await;
+    if outcome.changed() {
+        audit::record_all(&state, &who, vec![enabled_entry(&outcome)]).await;
     }
-    tracing::info!(job = id, enabled = body.enabled, actor = %who.sub, "job enabled state set");
-    Ok(HttpResponse::Ok().json(JobDto::new(job, lang)))
+    tracing::info!(job = id, enabled = body.request.enabled, until = ?body.request.until, actor = %who.sub, "job enabled state set");
+    Ok(HttpResponse::Ok().json(JobDto::new(outcome.after, lang)))
+}
+
+/// Enables, disables or pauses several jobs at once: by ids, or every job
+/// of a group. Each job written gets its own audit entry.
+#[utoipa::path(
+    tag = "jobs",
+    summary = "Enable, disable or pause several jobs",
+    security(("bearer" = [])),
+    request_body(content = BatchEnabledWrite, example = json!({"ids": [4, 5], "enabled": false, "reason": "月末结账 / month-end closing", "until": "2030-01-01T06:00:00+08:00"})),
+    responses(
+        (status = 200, description = "Which jobs were written, which already were as asked, which ids name no job", body = BatchEnabledResult),
+        (status = 400, body = Problem, content_type = "application/problem+json"),
+        (status = 401, body = Problem, content_type = "application/problem+json"),
+        (status = 403, body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[post("/api/jobs/batch-enabled")]
+pub async fn batch_enabled(
+    state: web::Data<AppState>,
+    who: Principal,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    who.require(&[Permission::TaskModify])?;
+    let lang = who.lang;
+    let (target, request) = BatchEnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let selection = match &target {
+        BatchTarget::Ids(ids) => JobSelection::Ids(ids),
+        BatchTarget::Group(code) => {
+            let known = state
+                .store
+                .groups()
+                .get(code)
+                .await
+                .map_err(|e| ApiError::storage(lang, e))?;
+            if known.is_none() {
+                let problem = job::FieldError {
+                    field: "group".into(),
+                    problem: job::JobProblem::UnknownGroup(code.clone()),
+                };
+                return Err(ApiError::validation(
+                    lang,
+                    vec![ProblemFieldText::from(&problem)],
+                ));
+            }
+            JobSelection::Group(code)
+        }
+    };
+    let batch = state
+        .store
+        .jobs()
+        .pause_many(selection, &request, &who.actor(), Utc::now())
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    for outcome in &batch.changed {
+        state.changes.job_changed(outcome.after.id);
+    }
+    audit::record_all(
+        &state,
+        &who,
+        batch.changed.iter().map(enabled_entry).collect(),
+    )
+    .await;
+    tracing::info!(updated = batch.changed.len(), enabled = request.enabled, actor = %who.sub, "jobs enabled state set");
+    Ok(HttpResponse::Ok().json(BatchEnabledResult {
+        updated: batch.changed.iter().map(|o| o.after.id).collect(),
+        unchanged: batch.unchanged,
+        not_found: batch.not_found,
+    }))
+}
+
+/// The audit entry of one job enabled, disabled or paused.
+fn enabled_entry(outcome: &EnabledOutcome) -> audit::Entry {
+    let job = &outcome.after;
+    let (action, summary) = if job.enabled {
+        (Action::JobEnable, format!("启用任务「{}」", job.name))
+    } else {
+        let mut summary = format!("停用任务「{}」", job.name);
+        if let Some(until) = job.pause.until {
+            summary.push_str(&format!("，至 {}", until.to_rfc3339()));
+        }
+        if let Some(reason) = &job.pause.reason {
+            summary.push_str(&format!("，原因：{reason}"));
+        }
+        (Action::JobDisable, summary)
+    };
+    audit::Entry {
+        action,
+        target_type: Target::Job,
+        target_id: Some(job.id.to_string()),
+        summary,
+        before: job_json(&outcome.before),
+        after: job_json(job),
+    }
 }
 
 /// Deletes a job; its runs stay in the run log.

@@ -62,6 +62,12 @@ pub struct Model {
     pub max_runs: Option<i64>,
     /// Successful scheduled fires counted towards `max_runs`.
     pub scheduled_successes: i64,
+    /// A pause (issue 10): set while disabled, null while enabled. At
+    /// `paused_until` the cluster enables the job again.
+    pub paused_reason: Option<String>,
+    pub paused_by: Option<String>,
+    pub paused_at: Option<i64>,
+    pub paused_until: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

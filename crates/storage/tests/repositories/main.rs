@@ -236,6 +236,8 @@ mod freezes;
 mod ledger;
 /// What observability reads and writes.
 mod monitor;
+/// Pauses with a reason and an end.
+mod pause;
 /// Run control: cancel requests.
 mod run_control;
 
@@ -403,6 +405,10 @@ async fn every_entity_round_trips(store: Store) {
         misfire_grace_ms: 2_592_000_000,
         max_runs: Some(1_000_000_000),
         scheduled_successes: i64::MAX,
+        paused_reason: Some("停".repeat(500)),
+        paused_by: Some("p".repeat(128)),
+        paused_at: Some(ms),
+        paused_until: Some(i64::MAX),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
