@@ -177,10 +177,21 @@ async fn pause_and_resume(target: &Target, jobs: usize) {
         assert!(paused_at <= Utc::now() && paused_at < until, "{job}");
         paused.push((job["version"].as_i64().expect("version"), paused_at));
     }
-    // The detail and the list items show the pause.
+    // The detail and the list items show the pause; the detail lists the
+    // fire times after its end.
     let detail = target.job(ids[0]).await;
     assert_eq!(detail["pausedReason"], "下游维护 / downstream maintenance");
     assert_eq!(time(&detail["pausedUntil"]), time(&json!(until_text)));
+    assert!(
+        detail["notice"]
+            .as_str()
+            .unwrap_or("")
+            .contains("paused until"),
+        "{detail}"
+    );
+    let listed = time(&detail["nextFireTimes"][0]).timestamp_millis();
+    let end = until.timestamp_millis();
+    assert_eq!(listed, end - end.rem_euclid(1000) + 1000, "{detail}");
     let (_, page) = target
         .send(
             reqwest::Method::GET,

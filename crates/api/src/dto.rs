@@ -297,7 +297,8 @@ pub struct JobDetailDto {
     #[serde(flatten)]
     pub job: JobDto,
     pub cron_description: String,
-    /// The next 5 fire times, in the job's zone; listed for disabled jobs too.
+    /// The next 5 fire times, in the job's zone; listed for disabled jobs too
+    /// (for a job paused until a time: the first 5 after it).
     #[schema(value_type = Vec<String>, format = DateTime)]
     pub next_fire_times: Vec<DateTime<FixedOffset>>,
     /// Set when the job is disabled, when its calendar has no data for

@@ -342,7 +342,18 @@ pub async fn get_job(
             ),
         });
     }
-    if !job.enabled {
+    // A pause with an end lists the fire times after it: the job is
+    // enabled then by itself.
+    let resumes_at = job.pause.until.filter(|until| !job.enabled && *until > now);
+    if let Some(until) = resumes_at {
+        let at = until.with_timezone(&tz).to_rfc3339();
+        notices.push(match lang {
+            Lang::Zh => format!("任务暂停至 {at}，届时自动启用：以下为那之后的触发时间。"),
+            Lang::En => format!(
+                "The job is paused until {at} and is enabled again then: these are the fire times after that."
+            ),
+        });
+    } else if !job.enabled {
         notices.push(
             lang.pick(
                 "任务已停用：以下为启用后的触发时间。",
@@ -359,7 +370,8 @@ pub async fn get_job(
                     if let Some(notice) = schedule.calendar_notice(now) {
                         notices.push(notice.message(lang));
                     }
-                    (description, in_zone(schedule.upcoming(now, 5), tz))
+                    let from = resumes_at.unwrap_or(now);
+                    (description, in_zone(schedule.upcoming(from, 5), tz))
                 }
                 Err(why) => {
                     notices.push(why);
