@@ -821,3 +821,29 @@ async fn openapi_document_is_committed_and_served() {
         .expect("request");
     assert_eq!(ready.status(), StatusCode::OK);
 }
+
+/// A client may send back the job it read, every field as it came: the
+/// read-only ones (ids, counters, pause, descriptions) are ignored.
+#[tokio::test]
+async fn a_job_read_can_be_sent_back_whole() {
+    let server = Server::start();
+    let admin = admin_token();
+    let (status, job) = post(
+        &server,
+        "/api/jobs",
+        &admin,
+        json!({"name": "echoed", "handler": "demo.echo", "enabled": false, "maxRuns": 3}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_i64().expect("id");
+    let (status, read) = get(&server, &format!("/api/jobs/{id}"), &admin).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    let (status, saved) = put(&server, &format!("/api/jobs/{id}"), &admin, read.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{saved}");
+    assert_eq!(
+        saved["version"],
+        read["version"].as_i64().expect("version") + 1
+    );
+    assert_eq!(saved["name"], "echoed");
+}

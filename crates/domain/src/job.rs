@@ -81,7 +81,7 @@ pub const TIME_RULE_FIELDS: [&str; 7] = [
 ];
 
 /// Read-only fields a client may echo back; they are ignored.
-pub const READ_ONLY_FIELDS: [&str; 16] = [
+pub const READ_ONLY_FIELDS: [&str; 17] = [
     "id",
     "version",
     "builtin",
@@ -94,6 +94,8 @@ pub const READ_ONLY_FIELDS: [&str; 16] = [
     "notice",
     "recentRuns",
     "groupLabel",
+    // Counted by the engine towards `maxRuns`.
+    "scheduledSuccesses",
     // The pause is written by `PUT /api/jobs/{id}/enabled` only.
     "pausedReason",
     "pausedBy",
