@@ -19,6 +19,7 @@ pub mod misfire;
 pub mod notify;
 pub mod params;
 pub mod retry;
+pub mod run_once;
 pub mod schedule;
 pub mod settings;
 
