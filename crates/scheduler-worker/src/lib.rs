@@ -2,6 +2,7 @@
 //! handlers compiled into the service.
 
 pub mod alerts;
+pub mod callbacks;
 mod cancels;
 mod claimer;
 pub mod clock;
