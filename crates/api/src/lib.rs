@@ -113,6 +113,8 @@ fn base_document() -> OpenApi {
                             .build(),
                     ),
                 )
+                // Sent by the service, not received: no operation names it.
+                .schema_from::<routes::fires::RunCallbackBody>()
                 .build(),
         ))
         .build()
