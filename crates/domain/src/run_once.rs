@@ -89,8 +89,8 @@ impl CallbackProblem {
     }
 }
 
-/// Checks a callback URL: `http` or `https`, with a host, at most
-/// [`MAX_CALLBACK_URL_CHARS`] characters.
+/// Checks a callback URL: `http://` or `https://` (lower case), with a
+/// host, at most [`MAX_CALLBACK_URL_CHARS`] characters.
 pub fn check_callback_url(value: &str) -> Result<(), CallbackProblem> {
     if value.chars().count() > MAX_CALLBACK_URL_CHARS {
         return Err(CallbackProblem::TooLong);
@@ -100,8 +100,13 @@ pub fn check_callback_url(value: &str) -> Result<(), CallbackProblem> {
     if value.is_empty() || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(CallbackProblem::BadUrl);
     }
+    // Written in lower case, as the document's pattern says (the parser
+    // would accept `HTTPS:` too).
+    if !(value.starts_with("http://") || value.starts_with("https://")) {
+        return Err(CallbackProblem::BadUrl);
+    }
     let url = url::Url::parse(value).map_err(|_| CallbackProblem::BadUrl)?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+    if url.host_str().is_none_or(str::is_empty) {
         return Err(CallbackProblem::BadUrl);
     }
     Ok(())
@@ -172,8 +177,13 @@ mod tests {
     #[test]
     fn callback_urls_table() {
         let long = format!("https://h.example/{}", "p".repeat(MAX_CALLBACK_URL_CHARS));
-        let cases: [(&str, Result<(), CallbackProblem>); 9] = [
+        let cases: [(&str, Result<(), CallbackProblem>); 11] = [
             ("https://hooks.example.com/done?token=x", Ok(())),
+            (
+                "HTTPS://hooks.example.com/done",
+                Err(CallbackProblem::BadUrl),
+            ),
+            ("http://[::1", Err(CallbackProblem::BadUrl)),
             ("http://127.0.0.1:8080/cb", Ok(())),
             ("ftp://files.example.com/cb", Err(CallbackProblem::BadUrl)),
             ("file:///etc/passwd", Err(CallbackProblem::BadUrl)),

@@ -30,7 +30,11 @@ pub struct RunOnceRequest {
     /// Where the fire's end is POSTed (after its retries), signed like
     /// the `notify.webhook_url` deliveries: an `http` or `https` URL with a
     /// host, at most 2048 characters.
-    #[schema(max_length = 2048, example = "https://orders.example.com/qiwu/done")]
+    #[schema(
+        max_length = 2048,
+        pattern = "^https?://[^\\s]+$",
+        example = "https://orders.example.com/qiwu/done"
+    )]
     pub callback_url: Option<String>,
 }
 
@@ -263,25 +267,19 @@ fn idempotency_key(who: &Principal, req: &HttpRequest) -> Result<Option<String>,
         return Ok(None);
     };
     let problem = if values.next().is_some() {
-        Some(Text::new(
-            "Idempotency-Key 只能发送一次",
-            "Send Idempotency-Key once",
-        ))
+        Text::new("Idempotency-Key 只能发送一次", "Send Idempotency-Key once")
     } else {
         match check_key(value.as_bytes()) {
             Ok(key) => return Ok(Some(key.to_owned())),
-            Err(p) => Some(Text::new(
+            Err(p) => Text::new(
                 p.message(qiwu_domain::Lang::Zh),
                 p.message(qiwu_domain::Lang::En),
-            )),
+            ),
         }
     };
     Err(ApiError::validation(
         who.lang,
-        problem
-            .map(|t| ProblemFieldText::new(IDEMPOTENCY_KEY, t))
-            .into_iter()
-            .collect(),
+        vec![ProblemFieldText::new(IDEMPOTENCY_KEY, problem)],
     ))
 }
 
