@@ -515,6 +515,53 @@ mod tests {
         store.outbox().get(row.id).await.unwrap().unwrap()
     }
 
+    #[tokio::test]
+    async fn a_callback_goes_to_its_own_url_signed_and_waits_for_a_secret() {
+        let receiver = Receiver::start(vec![], false).await;
+        // No notify.webhook_url: callbacks do not need it.
+        let store = test_store().await;
+        let body = r#"{"fireId":7,"status":"success"}"#;
+        store
+            .notifications()
+            .create_with_callback(
+                &NewNotification {
+                    recipient: "run_callback".into(),
+                    template_code: "scheduler.run_callback".into(),
+                    title: "t".into(),
+                    body: body.into(),
+                },
+                &receiver.url,
+                body,
+                t0(),
+            )
+            .await
+            .unwrap();
+        let clock = Arc::new(ManualClock::at(t0()));
+        // Without a secret it cannot be signed: it waits, untouched.
+        let unsigned = Dispatch::new(store.store.clone(), None).with_clock(clock.clone());
+        let out = unsigned.run(Map::new(), run_context().1).await.unwrap();
+        assert!(out.ends_with("sent 0, failed 0, pending 1"), "{out}");
+        assert!(receiver.seen().is_empty());
+        assert_eq!(outbox_row(&store).await.status, OutboxStatus::Pending);
+        // With one, it is POSTed to its URL with the webhook's signature.
+        let out = handler(&store, &clock)
+            .run(Map::new(), run_context().1)
+            .await
+            .unwrap();
+        assert!(out.ends_with("sent 1, failed 0, pending 0"), "{out}");
+        let seen = receiver.seen();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].body, body);
+        assert_eq!(
+            seen[0].signature,
+            format!(
+                "sha256={}",
+                hmac_reference(SECRET, &format!("{}.{body}", seen[0].timestamp))
+            )
+        );
+        assert_eq!(outbox_row(&store).await.status, OutboxStatus::Sent);
+    }
+
     #[test]
     fn signature_is_hmac_sha256_of_timestamp_dot_body() {
         let sig = signature("key", "1700000000", "{\"a\":1}");
