@@ -188,24 +188,36 @@ impl FireRepo<'_> {
         let Some((job_id, Some(url))) = found else {
             return Ok(None);
         };
-        let runs = run::Entity::find()
+        // Not the output: it can be long and the report does not carry it.
+        let runs: Vec<(i32, String, String, i64, Option<i64>)> = run::Entity::find()
+            .select_only()
+            .column(run::Column::Attempt)
+            .column(run::Column::Status)
+            .column(run::Column::Error)
+            .column(run::Column::StartedAt)
+            .column(run::Column::FinishedAt)
             .filter(run::Column::FireId.eq(fire_id))
             .order_by_asc(run::Column::Attempt)
+            .into_tuple()
             .all(db)
             .await?;
         let started_at = runs
             .iter()
-            .map(|r| r.started_at)
+            .map(|r| r.3)
             .min()
             .map(from_millis)
             .transpose()?;
-        let last = match runs.last() {
-            Some(r) if r.status != super::RunStatus::Running.as_str() => Some(LastAttempt {
-                attempt: r.attempt,
-                status: r.status.clone(),
-                error: r.error.clone(),
-                finished_at: from_millis(r.finished_at.unwrap_or(r.started_at))?,
-            }),
+        let last = match runs.into_iter().last() {
+            Some((attempt, status, error, started, finished))
+                if status != super::RunStatus::Running.as_str() =>
+            {
+                Some(LastAttempt {
+                    attempt,
+                    status,
+                    error,
+                    finished_at: from_millis(finished.unwrap_or(started))?,
+                })
+            }
             _ => None,
         };
         Ok(Some(FireCallback {
