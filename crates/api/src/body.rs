@@ -72,6 +72,14 @@ impl Fields {
             .push(ProblemFieldText::new(field, Text::new(zh, en)));
     }
 
+    /// Refuses `field` with its own reason when the body has it (rather
+    /// than as an unknown field).
+    pub fn forbid(&mut self, field: &str, zh: impl Into<String>, en: impl Into<String>) {
+        if self.map.remove(field).is_some() {
+            self.fail(field, zh, en);
+        }
+    }
+
     fn required(&mut self, field: &str) {
         self.fail(
             field,

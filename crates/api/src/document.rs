@@ -307,6 +307,30 @@ fn allow_empty_query_values(op: &mut Operation) {
     }
 }
 
+/// A header is text or absent, never `null`: utoipa types an optional
+/// header parameter as nullable, which would invite a tester to send a
+/// null it cannot encode.
+fn headers_are_not_nullable(op: &mut Operation) {
+    for param in op.parameters.iter_mut().flatten() {
+        let RefOr::T(param) = param else {
+            continue;
+        };
+        if param.parameter_in != ParameterIn::Header {
+            continue;
+        }
+        if let Some(RefOr::T(Schema::Object(object))) = param.schema.as_mut()
+            && let SchemaType::Array(types) = &object.schema_type
+            && let [only] = types
+                .iter()
+                .filter(|t| **t != Type::Null)
+                .collect::<Vec<_>>()
+                .as_slice()
+        {
+            object.schema_type = SchemaType::Type((*only).clone());
+        }
+    }
+}
+
 /// The names of the component schemas request bodies use.
 fn request_body_schemas(doc: &mut OpenApi) -> Vec<String> {
     let mut names = Vec::new();
@@ -376,6 +400,7 @@ pub(crate) fn complete(doc: &mut OpenApi) {
         for op in operations(item) {
             complete_operation(op);
             allow_empty_query_values(op);
+            headers_are_not_nullable(op);
         }
     }
     close_request_bodies(doc);

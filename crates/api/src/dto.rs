@@ -396,6 +396,9 @@ pub struct RunDetailDto {
     /// key's name); null when nobody did. Set while a running run is being
     /// stopped, and kept once it ended `cancelled`.
     pub cancelled_by: Option<String>,
+    /// Who started the fire with "run once" (a user's `sub`, or `apikey:`
+    /// and the key's name); null for scheduled fires and catch-ups.
+    pub started_by: Option<String>,
 }
 
 impl RunDetailDto {
@@ -410,6 +413,7 @@ impl RunDetailDto {
             error,
             trace_id,
             cancelled_by,
+            started_by: None,
         }
     }
 }

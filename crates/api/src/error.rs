@@ -16,7 +16,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 /// Every `type` a problem can have.
-pub const PROBLEM_TYPES: [&str; 14] = [
+pub const PROBLEM_TYPES: [&str; 15] = [
     "urn:qiwu:problem:unauthenticated",
     "urn:qiwu:problem:forbidden",
     "urn:qiwu:problem:not-found",
@@ -30,6 +30,7 @@ pub const PROBLEM_TYPES: [&str; 14] = [
     "urn:qiwu:problem:name-taken",
     "urn:qiwu:problem:stale-version",
     "urn:qiwu:problem:conflict",
+    "urn:qiwu:problem:unprocessable",
     "urn:qiwu:problem:internal",
 ];
 
@@ -110,6 +111,9 @@ pub enum ErrorKind {
     StaleVersion { current: i64 },
     /// Another conflict with the current state.
     Conflict(Text),
+    /// A well-formed request that cannot be done as asked (an
+    /// `Idempotency-Key` already used for another job).
+    Unprocessable(Text),
     /// Our fault; the source is logged, never shown.
     Internal(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -238,6 +242,7 @@ impl ApiError {
             ErrorKind::NameTaken(_) => (StatusCode::CONFLICT, "name-taken"),
             ErrorKind::StaleVersion { .. } => (StatusCode::CONFLICT, "stale-version"),
             ErrorKind::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
             ErrorKind::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -352,6 +357,11 @@ impl ApiError {
                 vec![],
             ),
             ErrorKind::Conflict(t) => (lang.pick("冲突", "Conflict"), t.get(lang).into(), vec![]),
+            ErrorKind::Unprocessable(t) => (
+                lang.pick("请求无法执行", "Unprocessable request"),
+                t.get(lang).into(),
+                vec![],
+            ),
             ErrorKind::Internal(_) => (
                 lang.pick("服务内部错误", "Internal error"),
                 lang.pick(
@@ -570,6 +580,7 @@ mod tests {
             ErrorKind::NameTaken(t()),
             ErrorKind::StaleVersion { current: 1 },
             ErrorKind::Conflict(t()),
+            ErrorKind::Unprocessable(t()),
             ErrorKind::Internal(Box::new(std::io::Error::other("x"))),
         ];
         let mut seen = std::collections::BTreeSet::new();

@@ -120,6 +120,8 @@ fn base_document() -> OpenApi {
                             .build(),
                     ),
                 )
+                // Sent by the service, not received: no operation names it.
+                .schema_from::<routes::fires::RunCallbackBody>()
                 .build(),
         ))
         .build()

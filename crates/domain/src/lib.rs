@@ -21,6 +21,7 @@ pub mod notify;
 pub mod params;
 pub mod pause;
 pub mod retry;
+pub mod run_once;
 pub mod schedule;
 pub mod settings;
 

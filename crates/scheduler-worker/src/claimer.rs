@@ -675,12 +675,20 @@ impl Claimer {
         note: Option<String>,
         due: DateTime<Utc>,
     ) {
+        // A run-once fire ended at its claim reports that end.
+        let manual = claimed.trigger == Trigger::Manual;
         let Some(job) = claimed.job else {
             crate::observe::ended_at_claim(None, claimed.status);
+            if manual {
+                crate::callbacks::report(&self.shared, claimed.fire_id);
+            }
             return;
         };
         if claimed.status != RunStatus::Running {
             crate::observe::ended_at_claim(Some(&job.handler), claimed.status);
+            if manual {
+                crate::callbacks::report(&self.shared, claimed.fire_id);
+            }
             return;
         }
         let shared = Arc::clone(&self.shared);

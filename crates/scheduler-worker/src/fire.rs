@@ -235,6 +235,7 @@ impl Fire {
             drop(running);
             if !retry {
                 self.alert_end(final_end(&attempt.outcome, status), status, &error);
+                self.report_end();
             }
             match attempt.outcome {
                 Outcome::TimedOut | Outcome::Cancelled(_) => {
@@ -246,6 +247,10 @@ impl Fire {
                     if !self.job.allow_concurrent
                         && !self.wait_for_handler(&mut attempt, &mut stop).await
                     {
+                        // The retry will not come: this attempt was the last.
+                        if retry {
+                            self.report_end();
+                        }
                         return self.linger(attempt.task);
                     }
                 }
@@ -257,10 +262,12 @@ impl Fire {
                 }
                 _ => {}
             }
-            if !retry
-                || !self.pause_before_retry(&mut stop).await
-                || !self.next_attempt(&mut stop).await
-            {
+            if !retry {
+                return;
+            }
+            if !self.pause_before_retry(&mut stop).await || !self.next_attempt(&mut stop).await {
+                // The retry will not come: the last written attempt ends it.
+                self.report_end();
                 return;
             }
         }
@@ -601,6 +608,15 @@ impl Fire {
         self.write_end(end).await;
         if status == RunStatus::Failed {
             self.alert_end(FireEnd::Failed, status, error);
+        }
+        self.report_end();
+    }
+
+    /// After the fire's final end is written: a run-once fire reports it to
+    /// the callback URL its request named (if any).
+    fn report_end(&self) {
+        if self.trigger == Trigger::Manual {
+            crate::callbacks::report(&self.shared, self.fire_id);
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod alerts;
 mod calendar_alerts;
+pub mod callbacks;
 mod cancels;
 mod claimer;
 pub mod clock;

@@ -35,8 +35,9 @@ pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
 pub use fires::{
-    ClaimContext, ClaimOutcome, Claimed, END_WRITE_FALLBACK, EndWritten, FireRepo, FirstRun,
-    ManualClaim, PendingFire, RunEnd, RunStart, RunStatus, TimeClaim, Trigger, storable,
+    ClaimContext, ClaimOutcome, Claimed, END_WRITE_FALLBACK, EndWritten, FireCallback, FireRepo,
+    FirstRun, IdempotencyKey, KeyedFire, LastAttempt, ManualClaim, ManualQueued, ManualRequest,
+    PendingFire, RunEnd, RunStart, RunStatus, TimeClaim, Trigger, storable,
 };
 pub use freezes::{FreezeRecord, FreezeRefusal, FreezeRepo};
 pub use groups::{GroupRecord, GroupRepo};

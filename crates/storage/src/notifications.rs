@@ -253,6 +253,8 @@ pub struct OutboxRecord {
     pub sent_at: Option<DateTime<Utc>>,
     /// The alert channel it goes to; `None` for `notify.webhook_url`.
     pub channel_id: Option<i64>,
+    /// A run-once callback's URL (then `channel_id` is `None`).
+    pub url: Option<String>,
 }
 
 impl TryFrom<outbox::Model> for OutboxRecord {
@@ -272,6 +274,7 @@ impl TryFrom<outbox::Model> for OutboxRecord {
             created_at: from_millis(m.created_at)?,
             sent_at: m.sent_at.map(from_millis).transpose()?,
             channel_id: m.channel_id,
+            url: m.url,
         })
     }
 }
@@ -453,6 +456,7 @@ impl NotificationRepo<'_> {
             created_at: Set(now_ms),
             sent_at: Set(None),
             channel_id: Set(None),
+            url: Set(None),
         }
         .insert(&txn)
         .await?;
@@ -487,6 +491,7 @@ impl NotificationRepo<'_> {
                 created_at: Set(now_ms),
                 sent_at: Set(None),
                 channel_id: Set(channel_id),
+                url: Set(None),
             }
             .insert(&txn)
             .await?;
@@ -494,6 +499,38 @@ impl NotificationRepo<'_> {
         }
         txn.commit().await?;
         Ok((created, rows))
+    }
+
+    /// Stores a notification (a run-once callback, kept for the record)
+    /// and, in the same transaction, its outbox row to `url` with the body
+    /// `payload`, due at once.
+    pub async fn create_with_callback(
+        &self,
+        new: &NewNotification,
+        url: &str,
+        payload: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(NotificationRecord, OutboxRecord), StorageError> {
+        let txn = self.store.begin_write().await?;
+        let created = insert_notification(&txn, new, now).await?;
+        let now_ms = to_millis(now);
+        let row = outbox::ActiveModel {
+            id: NotSet,
+            notification_id: Set(created.id),
+            payload: Set(payload.to_owned()),
+            status: Set(OutboxStatus::Pending.as_str().to_owned()),
+            attempts: Set(0),
+            next_attempt_at: Set(now_ms),
+            last_error: Set(None),
+            created_at: Set(now_ms),
+            sent_at: Set(None),
+            channel_id: Set(None),
+            url: Set(Some(url.to_owned())),
+        }
+        .insert(&txn)
+        .await?;
+        txn.commit().await?;
+        Ok((created, OutboxRecord::try_from(row)?))
     }
 
     pub async fn get(&self, id: i64) -> Result<Option<NotificationRecord>, StorageError> {
@@ -637,7 +674,8 @@ impl OutboxRepo<'_> {
     }
 
     /// [`OutboxRepo::claim_due`], leaving the `notify.webhook_url` rows
-    /// alone unless `with_webhook_url` (they wait while no URL is set).
+    /// and run-once callbacks alone unless `with_webhook_url` (they wait
+    /// while no URL is set).
     pub async fn claim_due_for(
         &self,
         now: DateTime<Utc>,
@@ -645,15 +683,39 @@ impl OutboxRepo<'_> {
         limit: u64,
         with_webhook_url: bool,
     ) -> Result<Vec<OutboxRecord>, StorageError> {
+        self.claim_due_where(now, lease, limit, with_webhook_url, with_webhook_url)
+            .await
+    }
+
+    /// [`OutboxRepo::claim_due`] for the alert channels' rows, plus the
+    /// `notify.webhook_url` rows when `with_webhook_url` and the run-once
+    /// callbacks when `with_callbacks` (each kind waits while it cannot be
+    /// sent: no URL set, no signing secret).
+    pub async fn claim_due_where(
+        &self,
+        now: DateTime<Utc>,
+        lease: Duration,
+        limit: u64,
+        with_webhook_url: bool,
+        with_callbacks: bool,
+    ) -> Result<Vec<OutboxRecord>, StorageError> {
         use outbox::Column;
         let db = self.store.connection();
         let now_ms = to_millis(now);
         let until = to_millis(now + lease);
-        let mut query = outbox::Entity::find();
-        if !with_webhook_url {
-            query = query.filter(Column::ChannelId.is_not_null());
+        let mut kinds = Condition::any().add(Column::ChannelId.is_not_null());
+        if with_webhook_url {
+            kinds = kinds.add(
+                Condition::all()
+                    .add(Column::ChannelId.is_null())
+                    .add(Column::Url.is_null()),
+            );
         }
-        let candidates = query
+        if with_callbacks {
+            kinds = kinds.add(Column::Url.is_not_null());
+        }
+        let candidates = outbox::Entity::find()
+            .filter(kinds)
             .filter(Column::Status.is_in([
                 OutboxStatus::Pending.as_str(),
                 OutboxStatus::Sending.as_str(),

@@ -10,7 +10,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use crate::entity::{audit_log, fire, notification, outbox, run};
+use crate::entity::{audit_log, fire, notification, outbox, run, run_once_key};
 use crate::timestamp::to_millis;
 use crate::{StorageError, Store};
 
@@ -123,6 +123,38 @@ impl PurgeRepo<'_> {
             .delete_ids::<fire::Entity>(fire::Column::Id, &ids)
             .await?;
         Ok((deleted, Some(last)))
+    }
+
+    /// Deletes up to `limit` run-once `Idempotency-Key`s written before
+    /// `cutoff` (expired: a request with one starts a new fire anyway).
+    pub async fn run_once_keys_before(
+        &self,
+        cutoff: DateTime<Utc>,
+        limit: u64,
+    ) -> Result<u64, StorageError> {
+        let cutoff = to_millis(cutoff);
+        let rows: Vec<(String, String)> = run_once_key::Entity::find()
+            .select_only()
+            .column(run_once_key::Column::Caller)
+            .column(run_once_key::Column::IdemKey)
+            .filter(run_once_key::Column::CreatedAt.lt(cutoff))
+            .order_by_asc(run_once_key::Column::CreatedAt)
+            .limit(limit)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        let mut deleted = 0;
+        for (caller, key) in rows {
+            // Still expired: a request may have just replaced it.
+            deleted += run_once_key::Entity::delete_many()
+                .filter(run_once_key::Column::Caller.eq(caller))
+                .filter(run_once_key::Column::IdemKey.eq(key))
+                .filter(run_once_key::Column::CreatedAt.lt(cutoff))
+                .exec(self.store.connection())
+                .await?
+                .rows_affected;
+        }
+        Ok(deleted)
     }
 
     /// Deletes up to `limit` audit entries written before `cutoff`.

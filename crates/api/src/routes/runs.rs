@@ -217,7 +217,15 @@ pub async fn get_run(
         .await
         .map_err(|e| ApiError::storage(lang, e))?
         .ok_or_else(|| run_not_found(lang, id))?;
-    Ok(HttpResponse::Ok().json(RunDetailDto::new(run)))
+    let started_by = state
+        .store
+        .fires()
+        .started_by(run.fire_id)
+        .await
+        .map_err(|e| ApiError::storage(lang, e))?;
+    let mut detail = RunDetailDto::new(run);
+    detail.started_by = started_by;
+    Ok(HttpResponse::Ok().json(detail))
 }
 
 /// Stops a running run wherever it runs: its instance is told at once (and

@@ -1,7 +1,8 @@
 //! `notify.dispatch`: delivers queued notifications to the webhook URL of
-//! the `notify.webhook_url` setting, signed, and alerts to their alert
+//! the `notify.webhook_url` setting, signed, alerts to their alert
 //! channels (a signed webhook, or a DingTalk, WeCom or Feishu robot as
-//! `robots` describes), at most 3 attempts each.
+//! `robots` describes), and run-once callbacks to the URL their request
+//! named, signed like the webhook, at most 3 attempts each.
 //!
 //! Each POST carries `X-Qiwu-Timestamp` (Unix seconds) and
 //! `X-Qiwu-Signature: sha256=<hex HMAC-SHA256 of "{timestamp}.{body}">`,
@@ -114,8 +115,15 @@ async fn dispatch(
     let mut tally = Tally::default();
     let mut stopped = None;
     'claims: while stopped.is_none() {
+        // Run-once callbacks go to their own URL, signed like the webhook.
         let claimed = outbox
-            .claim_due_for(clock.now(), LEASE, BATCH, webhook.is_some())
+            .claim_due_where(
+                clock.now(),
+                LEASE,
+                BATCH,
+                webhook.is_some(),
+                secret.is_some(),
+            )
             .await
             .map_err(storage)?;
         if claimed.is_empty() {
@@ -123,8 +131,16 @@ async fn dispatch(
         }
         let mut rows = claimed.into_iter();
         while let Some(row) = rows.next() {
-            let target = match row.channel_id {
-                None => match &webhook {
+            let target = match (row.channel_id, &row.url, &secret) {
+                (_, Some(callback), Some(secret)) => {
+                    Target::Webhook(callback.clone(), secret.clone())
+                }
+                // Claimed without a secret to sign with: it waits again.
+                (_, Some(_), None) => {
+                    outbox.release(&row, clock.now()).await.map_err(storage)?;
+                    continue;
+                }
+                (None, None, _) => match &webhook {
                     Some((url, secret)) => Target::Webhook(url.clone(), secret.clone()),
                     // Claimed before the setting was cleared: it waits again.
                     None => {
@@ -132,7 +148,7 @@ async fn dispatch(
                         continue;
                     }
                 },
-                Some(id) => match channels.get(store, id).await.map_err(storage)? {
+                (Some(id), None, _) => match channels.get(store, id).await.map_err(storage)? {
                     Some(channel) => Target::Channel(channel, secret.clone()),
                     None => {
                         outbox
@@ -497,6 +513,53 @@ mod tests {
             .unwrap()
             .unwrap();
         store.outbox().get(row.id).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_callback_goes_to_its_own_url_signed_and_waits_for_a_secret() {
+        let receiver = Receiver::start(vec![], false).await;
+        // No notify.webhook_url: callbacks do not need it.
+        let store = test_store().await;
+        let body = r#"{"fireId":7,"status":"success"}"#;
+        store
+            .notifications()
+            .create_with_callback(
+                &NewNotification {
+                    recipient: "run_callback".into(),
+                    template_code: "scheduler.run_callback".into(),
+                    title: "t".into(),
+                    body: body.into(),
+                },
+                &receiver.url,
+                body,
+                t0(),
+            )
+            .await
+            .unwrap();
+        let clock = Arc::new(ManualClock::at(t0()));
+        // Without a secret it cannot be signed: it waits, untouched.
+        let unsigned = Dispatch::new(store.store.clone(), None).with_clock(clock.clone());
+        let out = unsigned.run(Map::new(), run_context().1).await.unwrap();
+        assert!(out.ends_with("sent 0, failed 0, pending 1"), "{out}");
+        assert!(receiver.seen().is_empty());
+        assert_eq!(outbox_row(&store).await.status, OutboxStatus::Pending);
+        // With one, it is POSTed to its URL with the webhook's signature.
+        let out = handler(&store, &clock)
+            .run(Map::new(), run_context().1)
+            .await
+            .unwrap();
+        assert!(out.ends_with("sent 1, failed 0, pending 0"), "{out}");
+        let seen = receiver.seen();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].body, body);
+        assert_eq!(
+            seen[0].signature,
+            format!(
+                "sha256={}",
+                hmac_reference(SECRET, &format!("{}.{body}", seen[0].timestamp))
+            )
+        );
+        assert_eq!(outbox_row(&store).await.status, OutboxStatus::Sent);
     }
 
     #[test]

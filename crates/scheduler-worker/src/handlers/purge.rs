@@ -1,6 +1,7 @@
 //! `audit.purge`: deletes, in batches, runs (soft-deleted ones included),
 //! audit entries and notifications (with their outbox rows) older than the
-//! `audit.retention_days` setting (1–36 500; anything invalid means 180).
+//! `audit.retention_days` setting (1–36 500; anything invalid means 180),
+//! and run-once `Idempotency-Key`s older than their 24 hours.
 //! Batches keep each statement's locks short; the stop signal is obeyed
 //! between batches.
 
@@ -8,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
+use qiwu_domain::run_once::KEY_TTL_HOURS;
 use qiwu_domain::settings::{self, RETENTION_DAYS};
 use qiwu_storage::{StorageError, Store};
 use serde_json::{Map, Value};
@@ -149,6 +151,14 @@ async fn purge(
         }
     }
     ctx.log.line(format!("fires: {}", counts.fires));
+    // Run-once keys live a day whatever the retention: an older key is
+    // ignored, so keeping it would only grow the table.
+    let keys_cutoff = now - Duration::hours(KEY_TTL_HOURS);
+    let keys = batches(ctx, batch, &counts, || {
+        purge.run_once_keys_before(keys_cutoff, batch)
+    })
+    .await?;
+    ctx.log.line(format!("expired run-once keys: {keys}"));
     Ok(counts.summary())
 }
 

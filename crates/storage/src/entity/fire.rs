@@ -28,6 +28,10 @@ pub struct Model {
     pub created_at: i64,
     /// W3C trace context of the request that queued a run-once fire.
     pub traceparent: Option<String>,
+    /// Who asked for a run-once fire (a user's `sub`, or `apikey:<name>`).
+    pub started_by: Option<String>,
+    /// Where a run-once fire's end is reported.
+    pub callback_url: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

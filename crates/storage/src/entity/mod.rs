@@ -18,5 +18,6 @@ pub mod notification_template;
 pub mod outbox;
 pub mod run;
 pub mod run_job_name;
+pub mod run_once_key;
 pub mod seed_marker;
 pub mod setting;

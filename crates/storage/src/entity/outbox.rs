@@ -19,6 +19,8 @@ pub struct Model {
     pub sent_at: Option<i64>,
     /// The alert channel; null for the `notify.webhook_url` delivery.
     pub channel_id: Option<i64>,
+    /// A run-once callback's URL; null for every other delivery.
+    pub url: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

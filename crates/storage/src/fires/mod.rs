@@ -18,6 +18,7 @@ mod claim;
 mod claim_pg;
 mod ends;
 mod freeze;
+mod run_once;
 mod sql;
 
 use std::borrow::Cow;
@@ -31,12 +32,14 @@ use sea_orm::{
 };
 
 use crate::entity::{fire, run};
-use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
 use crate::{JobRecord, StorageError, Store};
 
 pub use claim::{ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, TimeClaim};
 pub use ends::{END_WRITE_FALLBACK, EndWritten};
+pub use run_once::{
+    FireCallback, IdempotencyKey, KeyedFire, LastAttempt, ManualQueued, ManualRequest,
+};
 
 /// A run's status in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -204,31 +207,14 @@ impl FireRepo<'_> {
         now: DateTime<Utc>,
         traceparent: Option<&str>,
     ) -> Result<i64, StorageError> {
-        let mut at = to_millis(now);
-        for _ in 0..100 {
-            let model = fire::ActiveModel {
-                id: NotSet,
-                job_id: Set(job_id),
-                trigger: Set(Trigger::Manual.as_str().to_string()),
-                lane: Set(LANE_MANUAL),
-                prev_at: Set(None),
-                first_at: Set(Some(at)),
-                scheduled_at: Set(at),
-                state: Set("pending".to_string()),
-                claimed_by: Set(None),
-                claimed_at: Set(None),
-                created_at: Set(to_millis(now)),
-                traceparent: Set(traceparent.map(str::to_string)),
-            };
-            match model.insert(self.store.connection()).await {
-                Ok(fire) => return Ok(fire.id),
-                Err(e) if is_unique_violation(&e) => at += 1,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(StorageError::Corrupt(format!(
-            "cannot find a free millisecond for a manual fire of job {job_id}"
-        )))
+        self.create_manual_request(&ManualRequest {
+            job_id,
+            now,
+            traceparent,
+            started_by: None,
+            callback_url: None,
+        })
+        .await
     }
 
     /// One fire, if it is still pending.

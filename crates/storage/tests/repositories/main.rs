@@ -240,6 +240,8 @@ mod monitor;
 mod pause;
 /// Run control: cancel requests.
 mod run_control;
+/// Run-once keys and callbacks (issue 10, part 5).
+mod run_once;
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -428,6 +430,8 @@ async fn every_entity_round_trips(store: Store) {
         claimed_at: None,
         created_at: ms,
         traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        started_by: Some("apikey:订单服务".into()),
+        callback_url: Some(format!("https://cb.example.com/{}", "p".repeat(2000))),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
@@ -543,6 +547,7 @@ async fn every_entity_round_trips(store: Store) {
         created_at: ms,
         sent_at: None,
         channel_id: Some(i64::MAX),
+        url: Some("https://cb.example.com/done?t=1".into()),
     };
     let mut am = m.clone().into_active_model().reset_all();
     am.id = NotSet;
