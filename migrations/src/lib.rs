@@ -22,6 +22,7 @@ mod m20261201_000006_query_indexes;
 mod m20261201_000007_run_control;
 mod m20261201_000008_time_rules;
 mod m20261201_000009_alerts;
+mod m20261201_000011_backfill;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
 pub struct Migrator;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_run_control::Migration),
             Box::new(m20261201_000008_time_rules::Migration),
             Box::new(m20261201_000009_alerts::Migration),
+            Box::new(m20261201_000011_backfill::Migration),
         ]
     }
 }

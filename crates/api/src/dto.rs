@@ -28,13 +28,14 @@ pub enum RunStatus {
 }
 
 /// What started a fire: its schedule, a person or service ("run once"),
-/// or the catch-up of a missed time.
+/// the catch-up of a missed time, or a backfill of a past range.
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 pub enum RunTrigger {
     Schedule,
     Manual,
     Misfire,
+    Backfill,
 }
 
 /// What a fire does while an earlier fire of its job still runs: `skip`

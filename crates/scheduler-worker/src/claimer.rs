@@ -59,6 +59,8 @@ pub(crate) enum Request {
 pub(crate) enum Feedback {
     /// The job changed since it was armed: read it again.
     Stale(i64),
+    /// A backfill released its next fire: claim it.
+    Released(i64),
 }
 
 /// The queued work of one job: a catch-up, and timer fires in time order.
@@ -580,7 +582,11 @@ impl Claimer {
         };
         for (id, outcome) in ids.into_iter().zip(outcomes) {
             self.manual_known.remove(&id);
-            crate::observe::claimed(Trigger::Manual, &outcome);
+            let trigger = match &outcome {
+                ClaimOutcome::Claimed(claimed) => claimed.trigger,
+                _ => Trigger::Manual,
+            };
+            crate::observe::claimed(trigger, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
                 let start = claimed.scheduled_at;
                 self.start(*claimed, None, None, start);
@@ -600,14 +606,25 @@ impl Claimer {
         note: Option<String>,
         due: DateTime<Utc>,
     ) {
+        let backfill = claimed.trigger == Trigger::Backfill;
         let Some(job) = claimed.job else {
             crate::observe::ended_at_claim(None, claimed.status);
+            if backfill {
+                crate::backfill::fire_ended(&self.shared, &self.feedback, claimed.fire_id);
+            }
             return;
         };
         if claimed.status != RunStatus::Running {
             crate::observe::ended_at_claim(Some(&job.handler), claimed.status);
+            if backfill {
+                crate::backfill::fire_ended(&self.shared, &self.feedback, claimed.fire_id);
+            }
             return;
         }
+        if backfill {
+            self.shared.backfill_fires.add(claimed.fire_id);
+        }
+        let feedback = self.feedback.clone();
         let shared = Arc::clone(&self.shared);
         let permit = Arc::clone(&shared.permits).try_acquire_owned().ok();
         let stop = self.stop.clone();
@@ -634,7 +651,11 @@ impl Claimer {
                 _permit: permit,
             };
             let span = crate::observe::fire_span(&fire).await;
+            let ended = backfill.then(|| (Arc::clone(&fire.shared), fire.fire_id));
             fire.run(stop).instrument(span).await;
+            if let Some((shared, fire_id)) = ended {
+                crate::backfill::fire_ended(&shared, &feedback, fire_id);
+            }
         });
     }
 

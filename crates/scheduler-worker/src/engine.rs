@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     /// success is decided against the database even when the job row read
     /// at its claim (possibly before that state was written) says clear.
     pub alert_marks: std::sync::Mutex<std::collections::HashSet<i64>>,
+    /// The backfill fires running here (see `backfill.rs`).
+    pub backfill_fires: crate::backfill::InFlight,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -214,6 +216,7 @@ impl Engine {
             permits,
             tracker: TaskTracker::new(),
             alert_marks: std::sync::Mutex::default(),
+            backfill_fires: crate::backfill::InFlight::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -257,7 +260,13 @@ impl Engine {
         let (claims, requests) = mpsc::unbounded_channel();
         let (feedback_tx, feedback) = mpsc::unbounded_channel();
         let claimer = tokio::spawn(
-            Claimer::new(Arc::clone(&shared), requests, feedback_tx, shutdown.clone()).run(),
+            Claimer::new(
+                Arc::clone(&shared),
+                requests,
+                feedback_tx.clone(),
+                shutdown.clone(),
+            )
+            .run(),
         );
         let mut state = Loop {
             shared: Arc::clone(&shared),
@@ -265,6 +274,7 @@ impl Engine {
             catalog: HashMap::new(),
             crons: HashMap::new(),
             claims,
+            released: feedback_tx,
             last_reconcile: shared.clock.now(),
             previous_live: shared.membership.borrow().live.clone(),
         };
@@ -535,6 +545,9 @@ struct Loop {
     catalog: HashMap<i64, Known>,
     crons: HashMap<String, Arc<CronExpr>>,
     claims: mpsc::UnboundedSender<Request>,
+    /// Where a backfill moved on at the pending poll tells of the fire it
+    /// released.
+    released: mpsc::UnboundedSender<Feedback>,
     last_reconcile: DateTime<Utc>,
     /// The live workers when jobs were last placed (at start: those seen
     /// by the first heart-beat).
@@ -595,7 +608,10 @@ impl Loop {
             Event::Command(Command::JobChanged(id)) | Event::Feedback(Feedback::Stale(id)) => {
                 self.reload(id).await
             }
-            Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
+            Event::Command(Command::FireQueued(fire_id))
+            | Event::Feedback(Feedback::Released(fire_id)) => {
+                self.claim(Request::Manual { fire_id })
+            }
             Event::Command(Command::CancelRequested(run_id)) => {
                 tracing::debug!(run = run_id, "cancel message");
                 self.shared.cancels.check_now();
@@ -729,6 +745,7 @@ impl Loop {
             }
             Err(e) => tracing::error!(error = %e, "reading pending fires failed"),
         }
+        crate::backfill::poll(&self.shared, &self.released).await;
     }
 
     /// Records a job's current schedule (or its absence) and arms or

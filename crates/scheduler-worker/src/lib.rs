@@ -2,6 +2,7 @@
 //! handlers compiled into the service.
 
 pub mod alerts;
+mod backfill;
 mod cancels;
 mod claimer;
 pub mod clock;

@@ -17,7 +17,7 @@
 mod claim;
 mod claim_pg;
 mod ends;
-mod sql;
+pub(crate) mod sql;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -80,6 +80,8 @@ pub enum Trigger {
     Schedule,
     Manual,
     Misfire,
+    /// A missed time fired by a backfill request.
+    Backfill,
 }
 
 impl Trigger {
@@ -88,6 +90,7 @@ impl Trigger {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Misfire => "misfire",
+            Trigger::Backfill => "backfill",
         }
     }
 }

@@ -230,6 +230,8 @@ scenarios!(
 
 /// Alert channels, policies and state.
 mod alerts;
+/// Backfills and their fires.
+mod backfills;
 /// The fire ledger's scenarios.
 mod ledger;
 /// What observability reads and writes.
