@@ -210,13 +210,17 @@ async fn dry_run_and_order_on(db: Db) {
 
     // The run list shows the trigger; the metric counts the claims; the
     // request is audited.
-    let page = get(&base, &format!("/api/runs?jobId={job}&limit=100")).await;
+    let page = get(
+        &base,
+        &format!("/api/runs?jobId={job}&trigger=backfill&limit=100"),
+    )
+    .await;
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 6, "{page}");
+    assert!(items.iter().all(|r| r["trigger"] == "backfill"), "{page}");
+    let page = get(&base, &format!("/api/runs?jobId={job}&trigger=schedule")).await;
     assert!(
-        page["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .all(|r| r["trigger"] == "backfill"),
+        page["items"].as_array().expect("items").is_empty(),
         "{page}"
     );
     let text = client()

@@ -437,6 +437,9 @@ pub struct RunQuery {
     pub handler: Option<String>,
     #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
+    /// What started the run (`backfill`: a backfill request).
+    #[param(value_type = Option<RunTrigger>)]
+    pub trigger: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
     pub started_from: Option<String>,
@@ -465,6 +468,9 @@ pub struct RunExportQuery {
     pub handler: Option<String>,
     #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
+    /// What started the run (`backfill`: a backfill request).
+    #[param(value_type = Option<RunTrigger>)]
+    pub trigger: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
     pub started_from: Option<String>,
