@@ -264,4 +264,7 @@ async fn backfill_cancel_drops_the_rest_and_stops_the_running_run(store: Store) 
         .await
         .unwrap();
     assert_eq!(retry.times, [s(-4), s(-3), s(-2), s(-1)]);
+    // The purge of old fires leaves queued ones alone: they are to run.
+    store.purge().fires_before(s(10_000), 0, 100).await.unwrap();
+    assert_eq!(repo.fires(retry.record.id).await.unwrap().len(), 4);
 }
