@@ -509,3 +509,45 @@ async fn a_backfill_in_a_three_worker_cluster_records_each_time_once() {
     }
     cluster.stop_workers();
 }
+
+/// `serve` killed in the middle of a backfill: after the restart the
+/// backfill goes on from where it was, and every time has exactly one
+/// record (the fire cut short by the kill is closed, not run again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_survives_a_crash_of_serve() {
+    let server = Server::start();
+    let job = create(
+        &server.base,
+        json!({"name": "durable", "handler": "demo.echo", "cron": "0 0 * * * *",
+               "enabled": false, "params": {"delayMs": 300}}),
+    )
+    .await;
+    let first = Utc::now()
+        .duration_trunc(TimeDelta::hours(1))
+        .expect("hour")
+        - TimeDelta::hours(30);
+    let (status, body) = backfill(
+        &server.base,
+        job,
+        json!({"from": rfc(first), "to": rfc(first + TimeDelta::hours(7))}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["backfillId"].as_i64().expect("id");
+    let store = server.store().await;
+    wait_for_runs(&store, job, Duration::from_secs(30), |runs| runs.len() >= 2).await;
+    drop(store);
+    let server = Server::restart(server.kill());
+    let done = wait_ended(&server.base, job, id, Duration::from_secs(60)).await;
+    assert_eq!(done["status"], "done", "{done}");
+    let runs = runs_of(&server.store().await, job).await;
+    let mut per_time: HashMap<i64, usize> = HashMap::new();
+    for r in runs.iter().filter(|r| r.attempt == 1) {
+        *per_time.entry(r.scheduled_at).or_default() += 1;
+    }
+    let want: HashMap<i64, usize> = (0..=7)
+        .map(|h| (ms(first + TimeDelta::hours(h)), 1))
+        .collect();
+    assert_eq!(per_time, want, "{runs:#?}");
+    assert!(runs.iter().all(|r| r.status != "running"), "{runs:#?}");
+}
