@@ -23,6 +23,7 @@ mod m20261201_000007_run_control;
 mod m20261201_000008_time_rules;
 mod m20261201_000009_alerts;
 mod m20261201_000010_freezes;
+mod m20261201_000011_backfill;
 mod m20261201_000012_run_callbacks;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000008_time_rules::Migration),
             Box::new(m20261201_000009_alerts::Migration),
             Box::new(m20261201_000010_freezes::Migration),
+            Box::new(m20261201_000011_backfill::Migration),
             Box::new(m20261201_000012_run_callbacks::Migration),
         ]
     }

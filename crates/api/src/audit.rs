@@ -23,6 +23,8 @@ pub enum Action {
     JobDelete,
     JobExport,
     JobRun,
+    JobBackfill,
+    JobBackfillCancel,
     RunDelete,
     RunClear,
     RunExport,
@@ -45,7 +47,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 24] = [
+    pub const ALL: [Action; 26] = [
         Action::JobCreate,
         Action::JobModify,
         Action::JobEnable,
@@ -53,6 +55,8 @@ impl Action {
         Action::JobDelete,
         Action::JobExport,
         Action::JobRun,
+        Action::JobBackfill,
+        Action::JobBackfillCancel,
         Action::RunDelete,
         Action::RunClear,
         Action::RunExport,
@@ -81,6 +85,8 @@ impl Action {
             Action::JobDelete => "job.delete",
             Action::JobExport => "job.export",
             Action::JobRun => "job.run",
+            Action::JobBackfill => "job.backfill",
+            Action::JobBackfillCancel => "job.backfill_cancel",
             Action::RunDelete => "run.delete",
             Action::RunClear => "run.clear",
             Action::RunExport => "run.export",
@@ -115,6 +121,8 @@ impl Action {
             Action::JobDelete => ("删除任务", "Delete job"),
             Action::JobExport => ("导出任务", "Export jobs"),
             Action::JobRun => ("执行一次", "Run job once"),
+            Action::JobBackfill => ("补跑", "Backfill job"),
+            Action::JobBackfillCancel => ("取消补跑", "Cancel backfill"),
             Action::RunDelete => ("删除执行记录", "Delete runs"),
             Action::RunClear => ("清空执行记录", "Clear runs"),
             Action::RunExport => ("导出执行记录", "Export runs"),

@@ -29,13 +29,14 @@ pub enum RunStatus {
 }
 
 /// What started a fire: its schedule, a person or service ("run once"),
-/// or the catch-up of a missed time.
+/// the catch-up of a missed time, or a backfill of a past range.
 #[derive(ToSchema)]
 #[schema(rename_all = "snake_case")]
 pub enum RunTrigger {
     Schedule,
     Manual,
     Misfire,
+    Backfill,
 }
 
 /// What a fire does while an earlier fire of its job still runs: `skip`
@@ -454,6 +455,9 @@ pub struct RunQuery {
     pub handler: Option<String>,
     #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
+    /// What started the run (`backfill`: a backfill request).
+    #[param(value_type = Option<RunTrigger>)]
+    pub trigger: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
     pub started_from: Option<String>,
@@ -482,6 +486,9 @@ pub struct RunExportQuery {
     pub handler: Option<String>,
     #[param(value_type = Option<RunStatus>)]
     pub status: Option<String>,
+    /// What started the run (`backfill`: a backfill request).
+    #[param(value_type = Option<RunTrigger>)]
+    pub trigger: Option<String>,
     /// Runs that started at or after this instant (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
     pub started_from: Option<String>,

@@ -137,6 +137,7 @@ fn trigger_label(lang: Lang, trigger: &str) -> &str {
         "schedule" => ("定时", "Schedule"),
         "manual" => ("手动执行", "Manual"),
         "misfire" => ("错过补偿", "Misfire"),
+        "backfill" => ("补跑", "Backfill"),
         other => return other,
     };
     lang.pick(zh, en)

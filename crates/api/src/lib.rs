@@ -51,6 +51,9 @@ fn endpoints(cfg: &mut ServiceConfig) {
         .service(jobs::set_enabled)
         .service(jobs::delete_job)
         .service(fires::run_once)
+        .service(backfill::create_backfill)
+        .service(backfill::get_backfill)
+        .service(backfill::cancel_backfill)
         .service(cron::preview)
         .service(runs::list_runs)
         // Before `/api/runs/{id}`, which would take `export` for an id.

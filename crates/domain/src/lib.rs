@@ -6,6 +6,7 @@
 //! rule can be tested with plain values.
 
 pub mod alert;
+pub mod backfill;
 pub mod builtin;
 pub mod calendar;
 pub mod cron;

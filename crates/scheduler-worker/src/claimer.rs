@@ -63,6 +63,8 @@ pub(crate) enum Request {
 pub(crate) enum Feedback {
     /// The job changed since it was armed: read it again.
     Stale(i64),
+    /// A backfill released its next fire: claim it.
+    Released(i64),
 }
 
 /// The queued work of one job: a catch-up, and timer fires in time order.
@@ -655,7 +657,11 @@ impl Claimer {
         };
         for (id, outcome) in ids.into_iter().zip(outcomes) {
             self.manual_known.remove(&id);
-            crate::observe::claimed(Trigger::Manual, &outcome);
+            let trigger = match &outcome {
+                ClaimOutcome::Claimed(claimed) => claimed.trigger,
+                _ => Trigger::Manual,
+            };
+            crate::observe::claimed(trigger, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
                 let start = claimed.scheduled_at;
                 self.start(*claimed, None, None, start);
@@ -675,12 +681,17 @@ impl Claimer {
         note: Option<String>,
         due: DateTime<Utc>,
     ) {
-        // A run-once fire ended at its claim reports that end.
+        // A run-once fire ended at its claim reports that end; a backfill's
+        // lets the next one go.
         let manual = claimed.trigger == Trigger::Manual;
+        let backfill = claimed.trigger == Trigger::Backfill;
         let Some(job) = claimed.job else {
             crate::observe::ended_at_claim(None, claimed.status);
             if manual {
                 crate::callbacks::report(&self.shared, claimed.fire_id);
+            }
+            if backfill {
+                crate::backfill::fire_ended(&self.shared, &self.feedback, claimed.fire_id);
             }
             return;
         };
@@ -689,8 +700,15 @@ impl Claimer {
             if manual {
                 crate::callbacks::report(&self.shared, claimed.fire_id);
             }
+            if backfill {
+                crate::backfill::fire_ended(&self.shared, &self.feedback, claimed.fire_id);
+            }
             return;
         }
+        if backfill {
+            self.shared.backfill_fires.add(claimed.fire_id);
+        }
+        let feedback = self.feedback.clone();
         let shared = Arc::clone(&self.shared);
         let permit = Arc::clone(&shared.permits).try_acquire_owned().ok();
         let stop = self.stop.clone();
@@ -717,7 +735,11 @@ impl Claimer {
                 _permit: permit,
             };
             let span = crate::observe::fire_span(&fire).await;
+            let ended = backfill.then(|| (Arc::clone(&fire.shared), fire.fire_id));
             fire.run(stop).instrument(span).await;
+            if let Some((shared, fire_id)) = ended {
+                crate::backfill::fire_ended(&shared, &feedback, fire_id);
+            }
         });
     }
 

@@ -149,6 +149,8 @@ pub(crate) struct Shared {
     pub freezes: crate::freezes::FreezeBook,
     /// Wakes the loop that ends pauses when a job changed.
     pub(crate) resume_wake: crate::resumes::ResumeWake,
+    /// The backfill fires running here (see `backfill.rs`).
+    pub backfill_fires: crate::backfill::InFlight,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -224,6 +226,7 @@ impl Engine {
             alert_marks: std::sync::Mutex::default(),
             freezes: crate::freezes::FreezeBook::default(),
             resume_wake: crate::resumes::ResumeWake::default(),
+            backfill_fires: crate::backfill::InFlight::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -273,7 +276,13 @@ impl Engine {
         let (claims, requests) = mpsc::unbounded_channel();
         let (feedback_tx, feedback) = mpsc::unbounded_channel();
         let claimer = tokio::spawn(
-            Claimer::new(Arc::clone(&shared), requests, feedback_tx, shutdown.clone()).run(),
+            Claimer::new(
+                Arc::clone(&shared),
+                requests,
+                feedback_tx.clone(),
+                shutdown.clone(),
+            )
+            .run(),
         );
         let mut state = Loop {
             shared: Arc::clone(&shared),
@@ -281,6 +290,7 @@ impl Engine {
             catalog: HashMap::new(),
             crons: HashMap::new(),
             claims,
+            released: feedback_tx,
             last_reconcile: shared.clock.now(),
             freeze_watch: FreezeWatch::new(shared.clock.now()),
             calendar_watch: CalendarWatch::default(),
@@ -559,6 +569,9 @@ struct Loop {
     catalog: HashMap<i64, Known>,
     crons: HashMap<String, Arc<CronExpr>>,
     claims: mpsc::UnboundedSender<Request>,
+    /// Where a backfill moved on at the pending poll tells of the fire it
+    /// released.
+    released: mpsc::UnboundedSender<Feedback>,
     last_reconcile: DateTime<Utc>,
     freeze_watch: FreezeWatch,
     calendar_watch: CalendarWatch,
@@ -628,7 +641,10 @@ impl Loop {
                 self.shared.resume_wake.nudge();
                 self.reload(id).await
             }
-            Event::Command(Command::FireQueued(fire_id)) => self.claim(Request::Manual { fire_id }),
+            Event::Command(Command::FireQueued(fire_id))
+            | Event::Feedback(Feedback::Released(fire_id)) => {
+                self.claim(Request::Manual { fire_id })
+            }
             Event::Command(Command::CancelRequested(run_id)) => {
                 tracing::debug!(run = run_id, "cancel message");
                 self.shared.cancels.check_now();
@@ -830,6 +846,7 @@ impl Loop {
             }
             Err(e) => tracing::error!(error = %e, "reading pending fires failed"),
         }
+        crate::backfill::poll(&self.shared, &self.released).await;
     }
 
     /// Records a job's current schedule (or its absence) and arms or

@@ -274,11 +274,13 @@ impl Fire {
     }
 
     /// `maxRuns`: a successful scheduled fire (a timer fire or a catch-up
-    /// run, not a run-once request) counts, and the one reaching the limit
+    /// run, not a run-once request or a backfill) counts, and the one reaching the limit
     /// disables the job, audited as the system. The next claim of the job
     /// then finds it disabled (`Stale`), so every instance disarms it.
     async fn count_towards_limit(&self) {
-        if self.job.time_rules.max_runs.is_none() || self.trigger == Trigger::Manual {
+        if self.job.time_rules.max_runs.is_none()
+            || matches!(self.trigger, Trigger::Manual | Trigger::Backfill)
+        {
             return;
         }
         let summary = texts::limit_reached(&self.job.name, self.job.time_rules.max_runs);

@@ -4,6 +4,7 @@
 pub mod alerts;
 mod calendar_alerts;
 pub mod callbacks;
+mod backfill;
 mod cancels;
 mod claimer;
 pub mod clock;

@@ -115,7 +115,9 @@ pub(crate) async fn fire_span(fire: &Fire) -> tracing::Span {
 /// time it was to start (a jittered fire's delay is not lag).
 pub(crate) fn fire_started(trigger: Trigger, due: DateTime<Utc>, now: DateTime<Utc>) {
     let lag = (now - due).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
-    if trigger != Trigger::Misfire {
+    // A catch-up and a backfill fire times long past: their lag says
+    // nothing about the engine.
+    if !matches!(trigger, Trigger::Misfire | Trigger::Backfill) {
         metrics().fire_lag(trigger.as_str(), lag);
     }
     tracing::Span::current().record("fire.lag_ms", (lag * 1000.0).round() as i64);

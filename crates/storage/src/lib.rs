@@ -6,6 +6,7 @@ mod alert_channels;
 mod alert_windows;
 mod api_keys;
 mod audit;
+mod backfills;
 mod calendars;
 mod cluster;
 mod coord;
@@ -30,6 +31,9 @@ pub use alert_channels::{AlertChannelRepo, ChannelRecord};
 pub use alert_windows::{Admission, AlertWindowRepo};
 pub use api_keys::{API_KEY_MARK, ApiKeyRecord, ApiKeyRepo};
 pub use audit::{AuditCursor, AuditFilter, AuditRecord, AuditRepo, NewAudit};
+pub use backfills::{
+    BackfillFire, BackfillRecord, BackfillRepo, CancelledBackfill, CreatedBackfill,
+};
 pub use calendars::{CalendarDateRecord, CalendarRecord, CalendarRepo, CalendarSummary};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
 pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};

@@ -80,10 +80,11 @@ impl PurgeRepo<'_> {
 
     /// Looks at up to `limit` fire rows created before `cutoff` with an id
     /// above `after`, oldest first, and deletes them, except each job's
-    /// latest record on its schedule (the chain's tip) and run-once
-    /// requests still pending. Returns how many went and the last id
-    /// looked at (`None` once no row is left to look at): the caller
-    /// continues after it, so kept tips never stall the purge.
+    /// latest record on its schedule (the chain's tip), run-once requests
+    /// still pending and a backfill's fires still queued. Returns how many
+    /// went and the last id looked at (`None` once no row is left to look
+    /// at): the caller continues after it, so kept tips never stall the
+    /// purge.
     pub async fn fires_before(
         &self,
         cutoff: DateTime<Utc>,
@@ -98,7 +99,9 @@ impl PurgeRepo<'_> {
             .column(fire::Column::ScheduledAt)
             .filter(fire::Column::Id.gt(after))
             .filter(fire::Column::CreatedAt.lt(to_millis(cutoff)))
-            .filter(fire::Column::State.ne("pending"))
+            // Waiting fires (run-once requests, a backfill's fires not
+            // released yet) are still to run.
+            .filter(fire::Column::State.is_not_in(["pending", "queued"]))
             .order_by_asc(fire::Column::Id)
             .limit(limit)
             .into_tuple()

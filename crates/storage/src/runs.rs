@@ -176,6 +176,8 @@ pub struct RunFilter {
     /// The exact, full handler name.
     pub handler: Option<String>,
     pub status: Option<String>,
+    /// `schedule`, `manual`, `misfire` or `backfill`.
+    pub trigger: Option<String>,
     /// Inclusive lower bound of `started_at`.
     pub started_from: Option<DateTime<Utc>>,
     /// Inclusive upper bound of `started_at`.
@@ -479,6 +481,9 @@ fn filter_condition(filter: &RunFilter) -> Condition {
     }
     if let Some(status) = &filter.status {
         cond = cond.add(keyset::text_eq(Column::Status, status));
+    }
+    if let Some(trigger) = &filter.trigger {
+        cond = cond.add(keyset::text_eq(Column::Trigger, trigger));
     }
     if let Some(from) = filter.started_from {
         cond = cond.add(Column::StartedAt.gte(to_millis(from)));

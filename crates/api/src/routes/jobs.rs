@@ -266,7 +266,7 @@ async fn load(state: &AppState, lang: Lang, id: i64) -> Result<JobRecord, ApiErr
 }
 
 /// The zone a job's times are computed in.
-fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
+pub(crate) fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
     job.timezone
         .as_deref()
         .and_then(|name| name.parse::<Tz>().ok())
@@ -275,7 +275,7 @@ fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
 
 /// The job's schedule with its calendar, or why it has none (its user
 /// calendar is gone: the engine does not arm it).
-async fn job_schedule(
+pub(crate) async fn job_schedule(
     state: &AppState,
     lang: Lang,
     job: &JobRecord,

@@ -3,6 +3,7 @@
 pub mod alert_channels;
 pub mod api_keys;
 pub mod audit_logs;
+pub mod backfill;
 pub mod calendars;
 pub mod cron;
 pub mod fires;

@@ -17,6 +17,8 @@ use crate::export::{self, MAX_EXPORT_ROWS};
 use crate::query::{self, Id};
 use crate::state::AppState;
 
+const TRIGGERS: [&str; 4] = ["schedule", "manual", "misfire", "backfill"];
+
 const STATUSES: [&str; 6] = [
     "running",
     "success",
@@ -33,14 +35,15 @@ fn run_filter(
     job_name: Option<String>,
     handler: Option<String>,
     status: Option<String>,
-    started_from: Option<String>,
-    started_to: Option<String>,
+    trigger: Option<String>,
+    (started_from, started_to): (Option<String>, Option<String>),
 ) -> Result<RunFilter, ApiError> {
     let filter = RunFilter {
         job_id: query::id(lang, "jobId", job_id)?,
         job_name: query::text(job_name),
         handler: query::text(handler),
         status: query::one_of(lang, "status", status, &STATUSES)?,
+        trigger: query::one_of(lang, "trigger", trigger, &TRIGGERS)?,
         started_from: query::instant(lang, "startedFrom", started_from)?,
         started_to: query::instant(lang, "startedTo", started_to)?,
     };
@@ -63,6 +66,7 @@ fn filter_json(f: &RunFilter) -> serde_json::Value {
         "jobName": f.job_name,
         "handler": f.handler,
         "status": f.status,
+        "trigger": f.trigger,
         "startedFrom": f.started_from,
         "startedTo": f.started_to,
     })
@@ -97,8 +101,8 @@ pub async fn list_runs(
         q.job_name,
         q.handler,
         q.status,
-        q.started_from,
-        q.started_to,
+        q.trigger,
+        (q.started_from, q.started_to),
     )?;
     let limit = query::limit(lang, q.limit)?;
     let cursor = query::text(q.cursor)
@@ -148,8 +152,8 @@ pub async fn export_runs(
         q.job_name,
         q.handler,
         q.status,
-        q.started_from,
-        q.started_to,
+        q.trigger,
+        (q.started_from, q.started_to),
     )?;
     // One row more than the cap tells whether the export was cut.
     let mut rows = state

@@ -6,6 +6,7 @@ pub mod alert_channel;
 pub mod alert_window;
 pub mod api_key;
 pub mod audit_log;
+pub mod backfill;
 pub mod calendar;
 pub mod calendar_date;
 pub mod fire;

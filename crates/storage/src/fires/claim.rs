@@ -277,7 +277,8 @@ impl FireRepo<'_> {
         Ok(out)
     }
 
-    /// Takes pending run-once requests. The outcomes are in claim order:
+    /// Takes pending run-once requests (and released backfill fires,
+    /// claimed alike). The outcomes are in claim order:
     /// `Claimed` (with `job: None` and a failed run when the job was
     /// deleted), or `Taken` when another instance took it first.
     pub async fn claim_manual(
@@ -317,13 +318,16 @@ impl FireRepo<'_> {
             .filter(fire::Column::State.eq("pending"))
             .exec(&txn)
             .await?;
-        let rows: Vec<(i64, i64, i64)> = fire::Entity::find()
+        // Run-once requests, and the released fires of backfills (lane 0,
+        // trigger `backfill`).
+        let rows: Vec<(i64, i64, i64, String)> = fire::Entity::find()
             .select_only()
             .column(fire::Column::Id)
             .column(fire::Column::JobId)
             .column(fire::Column::ScheduledAt)
+            .column(fire::Column::Trigger)
             .filter(fire::Column::Id.is_in(ids.iter().copied()))
-            .filter(fire::Column::Lane.eq(LANE_MANUAL))
+            .filter(fire::Column::Lane.is_in([LANE_MANUAL, LANE_SCHEDULE]))
             .filter(fire::Column::ClaimedBy.eq(ctx.instance))
             .filter(fire::Column::ClaimedAt.eq(now))
             .into_tuple()
@@ -332,12 +336,16 @@ impl FireRepo<'_> {
         let index: HashMap<i64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         let taken = rows
             .into_iter()
-            .filter_map(|(fire_id, job_id, at)| {
+            .filter_map(|(fire_id, job_id, at, trigger)| {
                 Some(TakenFire {
                     fire_id,
                     job_id,
                     scheduled_at: at,
-                    trigger: Trigger::Manual,
+                    trigger: if trigger == Trigger::Backfill.as_str() {
+                        Trigger::Backfill
+                    } else {
+                        Trigger::Manual
+                    },
                     index: *index.get(&fire_id)?,
                 })
             })

@@ -19,7 +19,7 @@ mod claim_pg;
 mod ends;
 mod freeze;
 mod run_once;
-mod sql;
+pub(crate) mod sql;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -84,6 +84,8 @@ pub enum Trigger {
     Schedule,
     Manual,
     Misfire,
+    /// A missed time fired by a backfill request.
+    Backfill,
 }
 
 impl Trigger {
@@ -92,6 +94,7 @@ impl Trigger {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Misfire => "misfire",
+            Trigger::Backfill => "backfill",
         }
     }
 }

@@ -232,6 +232,8 @@ scenarios!(
 mod alerts;
 /// Freeze windows.
 mod freezes;
+/// Backfills and their fires.
+mod backfills;
 /// The fire ledger's scenarios.
 mod ledger;
 /// What observability reads and writes.
