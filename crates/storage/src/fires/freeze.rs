@@ -43,6 +43,8 @@ impl FireRepo<'_> {
             claimed_at: Set(Some(now)),
             created_at: Set(now),
             traceparent: Set(None),
+            started_by: Set(None),
+            callback_url: Set(None),
         };
         let inserted = match model.insert(&txn).await {
             Ok(row) => row,
