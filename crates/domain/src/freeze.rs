@@ -336,13 +336,14 @@ fn scope(body: &Map<String, Value>, errors: &mut Vec<FreezeFieldError>) -> Optio
             return None;
         }
     };
-    // A scope's field given with another scope is refused, not ignored.
+    // A scope's field given with another scope (even null) is refused,
+    // not ignored.
     for (field, scope) in [
         ("group", "group"),
         ("handler", "handler"),
         ("jobIds", "jobIds"),
     ] {
-        if own != Some(field) && body.get(field).is_some_and(|v| !v.is_null()) {
+        if own != Some(field) && body.contains_key(field) {
             errors.push(FreezeFieldError::new(
                 field,
                 FreezeProblem::NotForScope(scope),

@@ -482,7 +482,12 @@ impl Claimer {
         };
         for (outcome, planned) in outcomes.into_iter().zip(planned) {
             let (job_id, through, reason) = planned.asked;
-            crate::observe::caught_up(&outcome, reason, planned.missed);
+            if planned.frozen {
+                // Frozen times were not missed: counted as the schedule's.
+                crate::observe::claimed(Trigger::Schedule, &outcome);
+            } else {
+                crate::observe::caught_up(&outcome, reason, planned.missed);
+            }
             // A record that stopped at a freeze window (or stood for one)
             // leaves later times to the next record.
             if planned.more && matches!(outcome, ClaimOutcome::Claimed(_) | ClaimOutcome::Taken) {
@@ -558,6 +563,7 @@ impl Claimer {
                 asked: (job.id, through, reason),
                 missed: missed.count,
                 more,
+                frozen: true,
             });
         }
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
@@ -588,6 +594,7 @@ impl Claimer {
             asked: (job.id, through, reason),
             missed: missed.count,
             more,
+            frozen: false,
         })
     }
 
@@ -773,6 +780,8 @@ struct Planned {
     /// It stops before `through` (at a freeze window, or standing for
     /// one): the rest is caught up next.
     more: bool,
+    /// It is a freeze window's record, not a miss.
+    frozen: bool,
 }
 
 /// Folds a fire time into the job's catch-up.

@@ -1504,3 +1504,89 @@ async fn a_paused_job_resumes_at_its_end_and_fires_from_there() {
         "resumed {late} after the end"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_freeze_skips_its_times_once_and_run_once_catches_up_at_its_end() {
+    use qiwu_domain::freeze::{FreezeScope, FreezeSpec};
+    let jobs = [
+        job("skip", "test.stubborn", "* * * * * *"),
+        NewJob {
+            misfire_policy: "run_once".into(),
+            allow_concurrent: true,
+            overlap_policy: "allow".into(),
+            ..job("catch up", "test.stubborn", "* * * * * *")
+        },
+        job("outside", "test.stubborn", "* * * * * *"),
+    ];
+    let (h, ids) = Harness::start(hold_clock().await, &jobs, chrono::Duration::zero(), None).await;
+    // Declared after the start: the engine learns of it by the change
+    // command and sleeps until its end, polling nothing.
+    let (from, to) = (
+        t0() + chrono::Duration::seconds(3),
+        t0() + chrono::Duration::seconds(6),
+    );
+    let freeze = h
+        .store
+        .freezes()
+        .create(
+            &FreezeSpec {
+                from,
+                to,
+                scope: FreezeScope::JobIds(vec![ids[0], ids[1]]),
+                reason: "release".into(),
+            },
+            "t",
+            t0(),
+        )
+        .await
+        .expect("freeze");
+    h.handle.send(Command::FreezesChanged);
+    let after = ms(to) + 2000;
+    for id in &ids {
+        h.until(*id, Duration::from_secs(15), |runs| {
+            runs.iter().any(|r| {
+                r.trigger == "schedule" && r.scheduled_at >= after && r.status != "running"
+            })
+        })
+        .await;
+    }
+    let marker = format!("freeze #{}", freeze.id);
+    for id in &ids[..2] {
+        let runs = runs(&h.store, *id).await;
+        let frozen: Vec<_> = runs.iter().filter(|r| r.output.contains(&marker)).collect();
+        assert_eq!(frozen.len(), 1, "{runs:#?}");
+        assert_eq!(frozen[0].status, "skipped");
+        assert!(
+            frozen[0].output.contains("Skipped 3 fire time"),
+            "{:?}",
+            frozen[0]
+        );
+        assert!(
+            !runs.iter().any(|r| r.status == "success"
+                && r.trigger == "schedule"
+                && (ms(from)..ms(to)).contains(&r.scheduled_at)),
+            "nothing ran inside the window: {runs:#?}"
+        );
+    }
+    let skip = runs(&h.store, ids[0]).await;
+    assert!(!skip.iter().any(|r| r.trigger == "misfire"), "{skip:#?}");
+    let caught = h
+        .until(ids[1], Duration::from_secs(5), |runs| {
+            runs.iter()
+                .any(|r| r.trigger == "misfire" && r.status == "success")
+        })
+        .await;
+    let misfires: Vec<_> = caught.iter().filter(|r| r.trigger == "misfire").collect();
+    assert_eq!(misfires.len(), 1, "{caught:#?}");
+    assert_eq!(misfires[0].scheduled_at, ms(to));
+    let outside = runs(&h.store, ids[2]).await;
+    assert!(
+        outside
+            .iter()
+            .filter(|r| (ms(from)..ms(to)).contains(&r.scheduled_at) && r.status == "success")
+            .count()
+            == 3,
+        "{outside:#?}"
+    );
+    h.shut_down().await;
+}

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use qiwu_domain::freeze::{Freeze, catch_up_note, freezing, frozen_times};
 use qiwu_domain::misfire::within_grace;
 use qiwu_domain::{CronExpr, MisfirePolicy};
-use qiwu_storage::{ClaimContext, ClaimOutcome, Claimed, FirstRun, StorageError};
+use qiwu_storage::{ClaimContext, ClaimOutcome, Claimed, FirstRun, StorageError, Trigger};
 
 use crate::engine::Shared;
 use crate::schedules;
@@ -163,6 +163,7 @@ pub(crate) async fn claim_end_catch_ups(
             .fires()
             .claim_freeze_catch_up(job.id, frozen.first, freeze.to, &FirstRun::running(), ctx)
             .await?;
+        crate::observe::claimed(Trigger::Misfire, &outcome);
         if let ClaimOutcome::Claimed(claimed) = outcome {
             tracing::info!(
                 job = job.id,

@@ -2,9 +2,9 @@
 //! handlers compiled into the service.
 
 pub mod alerts;
+mod backfill;
 mod calendar_alerts;
 pub mod callbacks;
-mod backfill;
 mod cancels;
 mod claimer;
 pub mod clock;

@@ -35,7 +35,7 @@ fn valid_bodies() {
             FreezeScope::Handler("http.call".into()),
         ),
         (
-            json!({"from": "2026-12-02T00:00:00Z", "to": "2026-12-03T00:00:00Z", "scope": "jobIds", "jobIds": [3, 1, 3], "reason": "r", "group": null}),
+            json!({"from": "2026-12-02T00:00:00Z", "to": "2026-12-03T00:00:00Z", "scope": "jobIds", "jobIds": [3, 1, 3], "reason": "r"}),
             FreezeScope::JobIds(vec![1, 3]),
         ),
         // A window that already began but ends in the future is valid (a
@@ -77,6 +77,10 @@ fn invalid_bodies_name_each_field() {
         (
             json!({"from": "2026-12-02T00:00:00Z", "to": "2026-12-03T00:00:00Z", "scope": "all", "group": "g", "reason": "r"}),
             vec!["group"],
+        ),
+        (
+            json!({"from": "2026-12-02T00:00:00Z", "to": "2026-12-03T00:00:00Z", "scope": "handler", "handler": "h", "jobIds": null, "reason": "r"}),
+            vec!["jobIds"],
         ),
         (
             json!({"from": "2026-12-02T00:00:00Z", "to": "2026-12-03T00:00:00Z", "scope": "group", "reason": "r"}),

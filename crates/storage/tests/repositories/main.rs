@@ -230,10 +230,10 @@ scenarios!(
 
 /// Alert channels, policies and state.
 mod alerts;
-/// Freeze windows.
-mod freezes;
 /// Backfills and their fires.
 mod backfills;
+/// Freeze windows.
+mod freezes;
 /// The fire ledger's scenarios.
 mod ledger;
 /// What observability reads and writes.
