@@ -712,6 +712,9 @@ async fn a_cluster_decides_each_fire_end_once() {
             "enabled": false,
             "timeoutMs": 200,
             "params": {"delayMs": 5000},
+            // The second fire must not be skipped while the first's handler
+            // is still returning after its timeout.
+            "overlapPolicy": "allow",
             "alertOnFailure": true,
             "alertAfterConsecutiveFailures": 2,
             "alertChannels": [channel["id"]],

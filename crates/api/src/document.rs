@@ -331,6 +331,37 @@ fn headers_are_not_nullable(op: &mut Operation) {
     }
 }
 
+/// A body that may be left out (`Option<T>`, which utoipa writes as
+/// `oneOf: [T, null]`) is described as `T`, not required: generators type
+/// a nullable body as a value they then fail to encode when it is absent
+/// (openapi-python-client sends its "unset" marker as JSON).
+fn optional_bodies_are_not_nullable(op: &mut Operation) {
+    let Some(RefOr::T(body)) = op.request_body.as_mut() else {
+        return;
+    };
+    let mut changed = false;
+    for content in body.content.values_mut() {
+        let RefOr::T(content) = content else {
+            continue;
+        };
+        let Some(RefOr::T(Schema::OneOf(one_of))) = &content.schema else {
+            continue;
+        };
+        let is_null = |s: &RefOr<Schema>| matches!(s, RefOr::T(Schema::Object(o)) if o.schema_type == SchemaType::Type(Type::Null));
+        let rest: Vec<&RefOr<Schema>> = one_of.items.iter().filter(|s| !is_null(s)).collect();
+        if let [only] = rest.as_slice()
+            && rest.len() < one_of.items.len()
+        {
+            let only = (*only).clone();
+            content.schema = Some(only);
+            changed = true;
+        }
+    }
+    if changed {
+        body.required = Some(Required::False);
+    }
+}
+
 /// The names of the component schemas request bodies use.
 fn request_body_schemas(doc: &mut OpenApi) -> Vec<String> {
     let mut names = Vec::new();
@@ -401,6 +432,7 @@ pub(crate) fn complete(doc: &mut OpenApi) {
             complete_operation(op);
             allow_empty_query_values(op);
             headers_are_not_nullable(op);
+            optional_bodies_are_not_nullable(op);
         }
     }
     close_request_bodies(doc);
