@@ -686,17 +686,21 @@ pub struct JobCreate {
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
     /// Alert when a fire ends `failed` or `timeout` after its retries; default false.
-    #[schema(required = false)]
-    pub alert_on_failure: bool,
+    /// Null: false.
+    #[schema(required = false, nullable)]
+    pub alert_on_failure: Option<bool>,
     /// Alert when this many fires in a row failed; 0 = off; default 0.
-    #[schema(required = false, minimum = 0, maximum = 1000)]
-    pub alert_after_consecutive_failures: u32,
+    /// Null: 0.
+    #[schema(required = false, nullable, minimum = 0, maximum = 1000)]
+    pub alert_after_consecutive_failures: Option<u32>,
     /// Alert on the first success after an alerted failure; default false.
-    #[schema(required = false)]
-    pub alert_on_recovery: bool,
+    /// Null: false.
+    #[schema(required = false, nullable)]
+    pub alert_on_recovery: Option<bool>,
     /// Alert channel ids (at most 20); empty: the default channels; default [].
-    #[schema(required = false, max_items = 20)]
-    pub alert_channels: Vec<i64>,
+    /// Null: empty.
+    #[schema(required = false, nullable, max_items = 20)]
+    pub alert_channels: Option<Vec<i64>>,
     /// A calendar code (`cn-workdays` or a user calendar's, see `GET
     /// /api/calendars`); needs `calendarRule`. The cron gives the times of
     /// day, the calendar the days (the date in the job's zone). Null or
@@ -797,17 +801,21 @@ pub struct JobUpdate {
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
     pub remark: Option<String>,
     /// Alert when a fire ends `failed` or `timeout` after its retries.
-    #[schema(required = false)]
-    pub alert_on_failure: bool,
+    /// Null: false.
+    #[schema(required = false, nullable)]
+    pub alert_on_failure: Option<bool>,
     /// Alert when this many fires in a row failed; 0 = off.
-    #[schema(required = false, minimum = 0, maximum = 1000)]
-    pub alert_after_consecutive_failures: u32,
+    /// Null: 0.
+    #[schema(required = false, nullable, minimum = 0, maximum = 1000)]
+    pub alert_after_consecutive_failures: Option<u32>,
     /// Alert on the first success after an alerted failure.
-    #[schema(required = false)]
-    pub alert_on_recovery: bool,
+    /// Null: false.
+    #[schema(required = false, nullable)]
+    pub alert_on_recovery: Option<bool>,
     /// Alert channel ids (at most 20); empty: the default channels.
-    #[schema(required = false, max_items = 20)]
-    pub alert_channels: Vec<i64>,
+    /// Null: empty.
+    #[schema(required = false, nullable, max_items = 20)]
+    pub alert_channels: Option<Vec<i64>>,
     /// A calendar code (`cn-workdays` or a user calendar's, see `GET
     /// /api/calendars`); needs `calendarRule`. The cron gives the times of
     /// day, the calendar the days (the date in the job's zone). Null or

@@ -321,10 +321,8 @@ async fn read_body(
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
         crate::error::json_error(lang, &actix_web::error::JsonPayloadError::Deserialize(e))
     })?;
-    // `null` is no body, as the document allows.
-    if value.is_null() {
-        return Ok(RunOnceRequest { callback_url: None });
-    }
+    // An empty body is no body; a JSON body is the object the document
+    // describes (`null` included in what is refused).
     let mut fields = Fields::new(lang, value, &["callbackUrl"])?;
     fields.forbid(
         "params",
