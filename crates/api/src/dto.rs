@@ -668,19 +668,19 @@ pub struct JobCreate {
     pub misfire_policy: String,
     /// Default: what `allowConcurrent` stands for (`allow` when true, else
     /// `skip`); when given, it wins and `allowConcurrent` follows it.
-    #[schema(value_type = OverlapPolicy, required = false)]
-    pub overlap_policy: String,
+    #[schema(value_type = OverlapPolicy, required = false, nullable)]
+    pub overlap_policy: Option<String>,
     /// Default `fixed`.
-    #[schema(value_type = RetryBackoff, required = false)]
-    pub retry_backoff: String,
+    #[schema(value_type = RetryBackoff, required = false, nullable)]
+    pub retry_backoff: Option<String>,
     /// The longest wait of `exponential` back-off; at least
     /// `retryIntervalMs`; default 3600000.
-    #[schema(required = false, minimum = 0, maximum = 86400000)]
-    pub retry_max_interval_ms: i64,
+    #[schema(required = false, minimum = 0, maximum = 86400000, nullable)]
+    pub retry_max_interval_ms: Option<i64>,
     /// Full jitter (each wait a uniform random part of its delay); default
     /// false.
-    #[schema(required = false)]
-    pub retry_jitter: bool,
+    #[schema(required = false, nullable)]
+    pub retry_jitter: Option<bool>,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]
@@ -787,15 +787,15 @@ pub struct JobUpdate {
     pub misfire_policy: String,
     /// When given it wins; an edit with only `allowConcurrent` sets `allow`
     /// (true) or, from `allow`, `skip` (false).
-    #[schema(value_type = OverlapPolicy, required = false)]
-    pub overlap_policy: String,
-    #[schema(value_type = RetryBackoff, required = false)]
-    pub retry_backoff: String,
+    #[schema(value_type = OverlapPolicy, required = false, nullable)]
+    pub overlap_policy: Option<String>,
+    #[schema(value_type = RetryBackoff, required = false, nullable)]
+    pub retry_backoff: Option<String>,
     /// At least `retryIntervalMs`.
-    #[schema(required = false, minimum = 0, maximum = 86400000)]
-    pub retry_max_interval_ms: i64,
-    #[schema(required = false)]
-    pub retry_jitter: bool,
+    #[schema(required = false, minimum = 0, maximum = 86400000, nullable)]
+    pub retry_max_interval_ms: Option<i64>,
+    #[schema(required = false, nullable)]
+    pub retry_jitter: Option<bool>,
     /// At most 500 characters; no control characters (line breaks
     /// included).
     #[schema(nullable, max_length = 500, pattern = r"^[^\x00-\x1F\x7F]*$")]

@@ -392,9 +392,11 @@ fn text_at(
             ));
             None
         }
-        Some(Value::String(s)) => {
-            let s = s.trim();
-            let chars = s.chars().count();
+        Some(Value::String(raw)) => {
+            let s = raw.trim();
+            // The limit is on the text as sent, as the document states it;
+            // the stored text is then trimmed.
+            let chars = raw.chars().count();
             if required && s.is_empty() {
                 errors.push(CalendarFieldError::new(field, CalendarProblem::Blank));
                 None
