@@ -425,30 +425,26 @@ async fn replace_stops_the_running_fire_on_another_worker_before_the_next_starts
         )
         .await;
     let store = cluster.store().await;
-    // Run-once fires land on either worker, so sooner or later one replaces
-    // a fire of the other: keep asking until that happened (each try is a
-    // coin toss) and at least four fires were replaced.
-    let start = std::time::Instant::now();
+    let mut manual = 0;
     loop {
         let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
             runs.iter().any(|r| r.status == "running")
         })
         .await;
-        let cancelled = runs.iter().filter(|r| r.status == "cancelled").count();
-        if cancelled >= 4 && replaced_across_workers(&runs) {
+        if runs.iter().filter(|r| r.status == "cancelled").count() >= 4 {
             break;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no fire replaced one on the other worker within 120 s: {runs:#?}"
-        );
-        let resp = client()
-            .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
-            .bearer_auth(admin_token())
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        // Run-once fires land on either worker, replacing across them.
+        if manual < 3 {
+            manual += 1;
+            let resp = client()
+                .post(cluster.api.url(&format!("/api/jobs/{job}/run")))
+                .bearer_auth(admin_token())
+                .send()
+                .await
+                .expect("request");
+            assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        }
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     cluster.stop_workers();
@@ -483,17 +479,15 @@ async fn replace_stops_the_running_fire_on_another_worker_before_the_next_starts
             .all(|r| r.error.contains("Replaced by the fire of")),
         "{cancelled:#?}"
     );
-    assert!(replaced_across_workers(&runs), "{runs:#?}");
-}
-
-/// Whether a cancelled run was followed, in start order, by a run on
-/// another instance: a fire there replaced it.
-fn replaced_across_workers(runs: &[run::Model]) -> bool {
+    // Replaced across workers at least once.
     let mut by_start: Vec<_> = runs.iter().filter(|r| r.status != "skipped").collect();
     by_start.sort_by_key(|r| r.started_at);
-    by_start
-        .windows(2)
-        .any(|p| p[0].status == "cancelled" && p[0].instance != p[1].instance)
+    assert!(
+        by_start
+            .windows(2)
+            .any(|p| p[0].status == "cancelled" && p[0].instance != p[1].instance),
+        "{by_start:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
