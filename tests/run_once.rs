@@ -519,6 +519,35 @@ async fn run_once_in_a_cluster_on_postgres() {
         (body["status"].clone(), body["attempts"].clone()),
         (json!("success"), json!(1))
     );
+
+    // A worker killed mid-run writes no end: the sweep that closes its run
+    // (here its own restart under the same instance id) reports it.
+    let long = create(
+        base,
+        json!({"name": "cluster long", "handler": "demo.echo", "enabled": false,
+               "timeoutMs": 0, "params": {"delayMs": 600000}}),
+    )
+    .await;
+    let body = json!({"callbackUrl": receiver.url});
+    let (status, started) = run(base, long, &api_key, Some("c-2"), Some(body)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let long_fire = started["fireId"].as_i64().expect("fireId");
+    common::wait_for_runs(&store, long, Duration::from_secs(30), |runs| {
+        runs.iter().any(|r| r.status == "running")
+    })
+    .await;
+    let dir = worker.kill();
+    let worker = Server::spawn(dir, &["worker"], &env("w1"), true);
+    let runs = common::wait_for_runs(&store, long, Duration::from_secs(30), |runs| {
+        runs.iter().all(|r| r.status != "running")
+    })
+    .await;
+    assert_eq!(runs[0].status, "failed", "{runs:#?}");
+    let received = callback_of(base, &receiver, long_fire).await;
+    received.verify();
+    let body = received.json();
+    assert_eq!(body["status"], "failed", "{body}");
+    assert_eq!(body["error"], json!(runs[0].error), "{body}");
     drop(worker);
     drop(api);
 }

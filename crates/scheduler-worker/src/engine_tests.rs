@@ -662,13 +662,19 @@ async fn full_jitter_waits_at_most_the_delay() {
 fn assert_serial(runs: &[run::Model]) {
     let mut spans: Vec<(i64, i64)> = runs
         .iter()
-        .filter(|r| r.status != "skipped")
+        .filter(|r| r.status != "skipped" && !never_ran(r))
         .map(|r| (r.started_at, r.finished_at.unwrap_or(i64::MAX)))
         .collect();
     spans.sort();
     for pair in spans.windows(2) {
         assert!(pair[1].0 >= pair[0].1, "overlap {pair:?}: {runs:#?}");
     }
+}
+
+/// A fire cancelled or replaced while it waited for its turn: it holds no
+/// time of the job's.
+fn never_ran(run: &run::Model) -> bool {
+    run.status == "cancelled" && run.error.contains("it never ran")
 }
 
 #[tokio::test(start_paused = true)]
@@ -756,6 +762,61 @@ async fn replace_stops_the_running_fire_and_starts_once_it_stopped() {
     let (old, new) = (&runs[0], &runs[1]);
     assert_eq!(old.status, "cancelled", "{runs:#?}");
     assert!(new.started_at >= old.started_at + 3000, "{runs:#?}");
+    h.shut_down().await;
+}
+
+/// Two fires arriving while the running one still holds its turn: the
+/// older waiting one is replaced before it ran, and only the newest runs,
+/// once the running handler really returned.
+#[tokio::test(start_paused = true)]
+async fn replace_drops_a_waiting_fire_that_a_newer_one_replaces() {
+    let mut stubborn = job("stubborn", "test.stubborn", "0 0 0 1 1 *");
+    stubborn.params = json!({"ms": 4000});
+    stubborn.overlap_policy = "replace".into();
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[stubborn],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(5), |runs| {
+        runs.first().is_some_and(|r| r.status == "running")
+    })
+    .await;
+    // Two more fires a moment apart, while the first ignores its stop.
+    h.run_once(job).await;
+    h.until(job, Duration::from_secs(5), |runs| {
+        runs.len() == 2 && runs[0].status == "cancelled"
+    })
+    .await;
+    h.run_once(job).await;
+    let runs = h
+        .until(job, Duration::from_secs(20), |runs| {
+            runs.len() == 3 && runs.iter().all(|r| r.status != "running")
+        })
+        .await;
+    let (first, waiting, newest) = (&runs[0], &runs[1], &runs[2]);
+    assert_eq!(first.status, "cancelled", "{runs:#?}");
+    assert!(!never_ran(first), "{runs:#?}");
+    assert_eq!(waiting.status, "cancelled", "{runs:#?}");
+    assert!(never_ran(waiting), "{runs:#?}");
+    assert!(
+        waiting.error.contains("Replaced by the fire of"),
+        "{runs:#?}"
+    );
+    assert_eq!(waiting.duration_ms, Some(0), "{runs:#?}");
+    // Its record starts where it ended: it holds none of the first's time.
+    assert!(
+        waiting.started_at >= waiting.finished_at.unwrap_or(i64::MAX) - STEP.as_millis() as i64,
+        "{runs:#?}"
+    );
+    // The newest ran, after the first's handler really returned.
+    assert_eq!(newest.status, "success", "{runs:#?}");
+    assert!(newest.started_at >= first.started_at + 4000, "{runs:#?}");
+    assert_serial(&runs);
     h.shut_down().await;
 }
 

@@ -186,6 +186,9 @@ impl Fire {
         };
         if self.job.waits_its_turn() {
             if let Err((status, output, error)) = self.wait_turn(&mut stop).await {
+                if status != RunStatus::Skipped {
+                    self.never_started().await;
+                }
                 return self.end_at_once(status, &output, &error).await;
             }
         } else if !self.job.allow_concurrent && self.slot.is_none() {
@@ -401,7 +404,7 @@ impl Fire {
                 slot = slots.take(job_id) => self.slot = Some(slot),
                 () = shutting_down(stop) => return Err(stopping()),
                 by = cancel.cancelled() => {
-                    return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                    return Err((RunStatus::Cancelled, String::new(), texts::cancelled_waiting(&by)));
                 }
             }
         }
@@ -435,7 +438,7 @@ impl Fire {
                     () = tokio::time::sleep(LOCK_RETRY) => {}
                     () = shutting_down(stop) => return Err(stopping()),
                     by = cancel.cancelled() => {
-                        return Err((RunStatus::Cancelled, String::new(), texts::cancelled(&by)));
+                        return Err((RunStatus::Cancelled, String::new(), texts::cancelled_waiting(&by)));
                     }
                 }
             }
@@ -595,6 +598,19 @@ impl Fire {
             trace_id: crate::observe::trace_id(),
         };
         self.write_end(end).await;
+    }
+
+    /// A fire that waited for its turn and ends without it (cancelled,
+    /// replaced, shutting down): its start moves to now, so its record
+    /// occupies no time beside the fire it waited for.
+    async fn never_started(&self) {
+        let fires = self.shared.store.fires();
+        if let Err(e) = fires
+            .restart_run(self.run_id, self.shared.clock.now())
+            .await
+        {
+            tracing::warn!(run = self.run_id, error = %e, "cannot move the start of a fire that never ran");
+        }
     }
 
     /// Ends the claimed run without running the handler.

@@ -76,6 +76,19 @@ pub(crate) fn waited(ms: u128) -> String {
     )
 }
 
+/// A fire cancelled (or replaced) while it waited for its turn: its
+/// handler never started.
+pub(crate) fn cancelled_waiting(by: &str) -> String {
+    if let Some(at) = by.strip_prefix(REPLACED_BY) {
+        return format!(
+            "等待轮到本次执行时被 {at} 的触发替换（重叠策略 replace），处理器从未启动；不重试。\nReplaced by the fire of {at} (overlap policy replace) while waiting for its turn: it never ran, and the fire is not retried."
+        );
+    }
+    format!(
+        "等待轮到本次执行时已被 {by} 取消，处理器从未启动；不重试。\nCancelled by {by} while waiting for its turn: it never ran, and the fire is not retried."
+    )
+}
+
 pub(crate) fn cancelled(by: &str) -> String {
     if let Some(at) = by.strip_prefix(REPLACED_BY) {
         return format!(

@@ -175,6 +175,47 @@ impl FireRepo<'_> {
         Ok(found.flatten())
     }
 
+    /// The run-once fires with a callback among the `running` runs a sweep
+    /// is about to close: of the given instances (every instance when
+    /// `None`), or, with `orphans_of`, of instances not among the live ones
+    /// that started before the time. Their callbacks are queued once the
+    /// sweep closed them, since no process of theirs will.
+    pub async fn callbacks_of_running(
+        &self,
+        instances: Option<&[String]>,
+        orphans_of: Option<(&[String], DateTime<Utc>)>,
+    ) -> Result<Vec<i64>, StorageError> {
+        let db = self.store.connection();
+        let mut query = run::Entity::find()
+            .select_only()
+            .column(run::Column::FireId)
+            .distinct()
+            .filter(run::Column::Status.eq(super::RunStatus::Running.as_str()))
+            .filter(run::Column::Trigger.eq(Trigger::Manual.as_str()));
+        if let Some(instances) = instances {
+            query = query.filter(run::Column::Instance.is_in(instances.iter().cloned()));
+        }
+        if let Some((live, started_before)) = orphans_of {
+            query = query
+                .filter(run::Column::Instance.is_not_in(live.iter().cloned()))
+                .filter(run::Column::StartedAt.lt(to_millis(started_before)));
+        }
+        let fires: Vec<i64> = query.into_tuple().all(db).await?;
+        let mut out = Vec::new();
+        for chunk in fires.chunks(super::claim::MAX_BATCH) {
+            let ids: Vec<i64> = fire::Entity::find()
+                .select_only()
+                .column(fire::Column::Id)
+                .filter(fire::Column::Id.is_in(chunk.iter().copied()))
+                .filter(fire::Column::CallbackUrl.is_not_null())
+                .into_tuple()
+                .all(db)
+                .await?;
+            out.extend(ids);
+        }
+        Ok(out)
+    }
+
     /// Where the fire's end is reported, if anywhere, with how it ended.
     pub async fn callback(&self, fire_id: i64) -> Result<Option<FireCallback>, StorageError> {
         let db = self.store.connection();

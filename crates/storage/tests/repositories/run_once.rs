@@ -246,6 +246,48 @@ async fn run_once_callbacks_read_the_last_attempt_and_wait_for_a_secret(store: S
         )
         .await
         .unwrap();
+    // A sweep about to close the running retry finds its callback: by its
+    // instance, or as an orphan of an instance no longer live.
+    let w1 = ["w1".to_string()];
+    let w2 = ["w2".to_string()];
+    let fires = store.fires();
+    let later = now() + Duration::seconds(10);
+    assert_eq!(
+        fires.callbacks_of_running(Some(&w1), None).await.unwrap(),
+        vec![fire]
+    );
+    assert_eq!(
+        fires.callbacks_of_running(None, None).await.unwrap(),
+        vec![fire]
+    );
+    assert!(
+        fires
+            .callbacks_of_running(Some(&w2), None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        fires
+            .callbacks_of_running(None, Some((&w1, later)))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        fires
+            .callbacks_of_running(None, Some((&w2, later)))
+            .await
+            .unwrap(),
+        vec![fire]
+    );
+    assert!(
+        fires
+            .callbacks_of_running(None, Some((&w2, now())))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The retry still runs: no end to report yet.
     let cb = store
         .fires()
