@@ -12,6 +12,8 @@
 //! `QIWU_BENCH_TRACING=1` exports every span over OTLP/HTTP to a sink in
 //! this process (the fire path with tracing on; metrics are always on).
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,15 +23,9 @@ use qiwu_scheduler_worker::clock::SystemClock;
 use qiwu_scheduler_worker::handlers::builtin_registry;
 use qiwu_scheduler_worker::{Engine, EngineConfig};
 use qiwu_storage::{NewJob, Store};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use support::{Database, env_or, percentile};
 
 /// Counts statements by their first words (`INSERT INTO runs`, `UPDATE runs`…).
 #[derive(Default)]
@@ -55,60 +51,9 @@ impl Counter {
     }
 }
 
-async fn database(kind: &str) -> (String, Option<(Store, String)>) {
-    let name = format!("qiwu_bench_{}", std::process::id());
-    match kind {
-        "sqlite" => {
-            let dir = std::env::temp_dir().join(&name);
-            let _ = std::fs::remove_dir_all(&dir);
-            (format!("sqlite://{}/bench.db", dir.display()), None)
-        }
-        "postgres" => {
-            let base = std::env::var("QIWU_TEST_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-            let admin = Store::connect(&format!("{base}/postgres"))
-                .await
-                .expect("PostgreSQL is reachable");
-            let _ = admin
-                .connection()
-                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
-                .await;
-            admin
-                .connection()
-                .execute_unprepared(&format!("CREATE DATABASE {name}"))
-                .await
-                .expect("create database");
-            (format!("{base}/{name}"), Some((admin, name)))
-        }
-        "mysql" => {
-            let base = std::env::var("QIWU_TEST_MYSQL_URL")
-                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
-            let admin = Store::connect(&base).await.expect("MySQL is reachable");
-            let _ = admin
-                .connection()
-                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
-                .await;
-            admin
-                .connection()
-                .execute_unprepared(&format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"))
-                .await
-                .expect("create database");
-            (format!("{base}/{name}"), Some((admin, name)))
-        }
-        other => panic!("unknown database {other}"),
-    }
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
-    let (url, admin) = database(kind).await;
+    let database = Database::fresh(kind, "qiwu_bench").await;
+    let url = database.url.clone();
     let counter = Arc::new(Counter::default());
     let mut store = Store::connect(&url).await.expect("connect");
     let c = Arc::clone(&counter);
@@ -233,19 +178,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
         println!("           {n:>7}  {kind}");
     }
     drop(store);
-    if let Some((admin, name)) = admin {
-        let sql = match kind {
-            "postgres" => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-            _ => format!("DROP DATABASE IF EXISTS {name}"),
-        };
-        let _ = admin
-            .connection()
-            .execute_raw(Statement::from_string(
-                admin.connection().get_database_backend(),
-                sql,
-            ))
-            .await;
-    }
+    database.drop_now().await;
 }
 
 fn main() {

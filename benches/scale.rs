@@ -15,28 +15,19 @@
 //! The jobs fire once a year (1 January), so the worker arms them all and
 //! runs none while the queries are measured.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::time::{Duration, Instant};
 
-use qiwu_api::{Claims, JwtKeys};
 use qiwu_storage::{Backend, Store};
 use sea_orm::ConnectionTrait;
 use serde_json::Value;
+use support::{Database, Process, env_or, percentile, wait_ready};
 
-const BIN: &str = env!("CARGO_BIN_EXE_qiwu-scheduler");
-const SECRET: &str = "bench-secret-0123456789abcdef";
 /// The runs span the last 30 days.
 const SPAN_MS: i64 = 30 * 86_400_000;
 /// Rows per insert statement.
 const CHUNK: u64 = 1_000_000;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A small deterministic generator (xorshift), so runs are comparable.
 struct Rng(u64);
@@ -48,118 +39,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n.max(1)
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-/// A process of the real binary; killed when dropped.
-struct Process {
-    child: Child,
-    base: String,
-}
-
-impl Process {
-    fn spawn(role: &str, env: &[(&str, String)]) -> Process {
-        let mut cmd = Command::new(BIN);
-        cmd.arg(role)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn qiwu-scheduler");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("the process printed its URL")
-                .expect("read stdout");
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.trim().to_string();
-            }
-        };
-        // Keep draining stdout so the process never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        Process { child, base }
-    }
-
-    /// Peak resident memory (VmHWM), in MB.
-    fn peak_rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn wait_ready(client: &reqwest::Client, base: &str, limit: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        if let Ok(resp) = client.get(format!("{base}/readyz")).send().await
-            && resp.status().is_success()
-        {
-            return start.elapsed();
-        }
-        assert!(start.elapsed() < limit, "{base} not ready within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A fresh database on the server of `kind`: its URL, and the admin
-/// connection and name to drop it with.
-async fn database(kind: &str) -> (String, Store, String) {
-    let name = format!("qiwu_scale_{}", std::process::id());
-    let (url_base, admin_url) = match kind {
-        "postgres" => {
-            let base = std::env::var("QIWU_TEST_POSTGRES_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-            (base.clone(), format!("{base}/postgres"))
-        }
-        "mysql" => {
-            let base = std::env::var("QIWU_TEST_MYSQL_URL")
-                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into());
-            (base.clone(), base)
-        }
-        other => panic!("unknown database {other} (postgres or mysql)"),
-    };
-    let admin = Store::connect(&admin_url)
-        .await
-        .expect("the database server is reachable");
-    let _ = admin
-        .connection()
-        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}"))
-        .await;
-    let create = match kind {
-        "mysql" => format!("CREATE DATABASE {name} CHARACTER SET utf8mb4"),
-        _ => format!("CREATE DATABASE {name}"),
-    };
-    admin
-        .connection()
-        .execute_unprepared(&create)
-        .await
-        .expect("create database");
-    (format!("{url_base}/{name}"), admin, name)
 }
 
 async fn exec(store: &Store, sql: &str) {
@@ -406,23 +285,20 @@ fn report(what: &str, times: &mut [f64], items: usize) {
 
 async fn bench(kind: &str, jobs: u64, runs: u64, samples: usize) {
     println!("{kind}: {jobs} jobs, {runs} runs");
-    let (url, admin, name) = database(kind).await;
+    let database = Database::fresh(kind, "qiwu_scale").await;
+    let url = database.url.clone();
     let store = Store::connect(&url).await.expect("connect");
     store.migrate().await.expect("migrate");
     let now = chrono::Utc::now().timestamp_millis();
     write_rows(&store, jobs, runs, now).await;
 
-    let mut redis =
-        std::env::var("QIWU_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    if redis.trim_end_matches('/').matches('/').count() <= 2 {
-        redis = format!("{}/13", redis.trim_end_matches('/'));
-    }
+    let redis = support::redis_url();
     let env = |instance: &str| -> Vec<(&'static str, String)> {
         vec![
             ("QIWU_LISTEN", "127.0.0.1:0".into()),
             ("QIWU_DATABASE_URL", url.clone()),
             ("QIWU_REDIS_URL", redis.clone()),
-            ("QIWU_JWT_SECRET", SECRET.into()),
+            ("QIWU_JWT_SECRET", support::SECRET.into()),
             ("QIWU_TIMEZONE", "UTC".into()),
             ("QIWU_INSTANCE_ID", instance.into()),
         ]
@@ -443,16 +319,7 @@ async fn bench(kind: &str, jobs: u64, runs: u64, samples: usize) {
         worker.peak_rss_mb()
     );
 
-    let token = JwtKeys::from_secret(SECRET.as_bytes())
-        .expect("keys")
-        .mint(&Claims {
-            sub: "bench".into(),
-            name: "bench".into(),
-            perms: Vec::new(),
-            super_admin: true,
-            exp: chrono::Utc::now().timestamp() + 86_400,
-        })
-        .expect("token");
+    let token = support::admin_token();
     let base = api.base.clone();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let day = |d: u64| {
@@ -604,11 +471,7 @@ async fn bench(kind: &str, jobs: u64, runs: u64, samples: usize) {
         println!("  kept {url}");
         return;
     }
-    let drop = match kind {
-        "postgres" => format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        _ => format!("DROP DATABASE IF EXISTS {name}"),
-    };
-    let _ = admin.connection().execute_unprepared(&drop).await;
+    database.drop_now().await;
 }
 
 fn main() {
