@@ -37,9 +37,11 @@ use crate::timer::{Armed, Timers};
 
 pub use crate::texts::{REASON_RESTART, REASON_SHUTDOWN};
 
-/// How far behind "now" timers are armed when a job is (re)armed, and up
-/// to where its missed times are caught up: a fire a live peer may still
-/// be claiming is decided by the ledger rather than reported as missed.
+/// How far back a (re)armed job's timer may start, and up to where its
+/// missed times are caught up. A job is armed from the moment its current
+/// schedule began (`schedule_from`, the time of the change that moved it),
+/// but never earlier than this before now: a fire a live peer may still be
+/// claiming is decided by the ledger rather than reported as missed.
 const ARM_GRACE: chrono::Duration = chrono::Duration::seconds(2);
 /// Jobs read per page at start.
 const LOAD_PAGE: u64 = 1000;
@@ -341,8 +343,9 @@ fn start_helpers(
     helpers
 }
 
-/// Where start-up arms from: now in `serve` (a restart's misses are all
-/// caught up), a little back in a cluster (live peers may still be claiming).
+/// The earliest time start-up arms from (a job whose schedule began later
+/// is armed from that moment): now in `serve` (a restart's misses are all
+/// caught up), 2 s back in a cluster (live peers may still be claiming).
 fn start_line(shared: &Shared) -> DateTime<Utc> {
     let now = shared.clock.now();
     match shared.config.cluster {
