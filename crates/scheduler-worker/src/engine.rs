@@ -1009,10 +1009,10 @@ async fn forward_changes(
                 loop {
                     tokio::select! {
                         change = stream.next() => match change {
-                            Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
-                            Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
-                            Some(qiwu_storage::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
-                            Some(qiwu_storage::Change::Freeze(_)) => { let _ = sender.send(Command::FreezesChanged); }
+                            Some(qiwu_coord::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
+                            Some(qiwu_coord::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
+                            Some(qiwu_coord::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
+                            Some(qiwu_coord::Change::Freeze(_)) => { let _ = sender.send(Command::FreezesChanged); }
                             None => break,
                         },
                         () = shutting_down(&mut shutdown) => return,

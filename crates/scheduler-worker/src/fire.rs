@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use qiwu_coord::Change;
 use qiwu_domain::alert::FireEnd;
 use qiwu_domain::params;
 use qiwu_domain::retry::{RetryBackoff, RetryTiming, jitter_seed};
-use qiwu_storage::{Change, EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
+use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
