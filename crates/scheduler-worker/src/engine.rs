@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use qiwu_domain::{CronExpr, MissReason, Schedule};
+use qiwu_domain::{CronExpr, MissReason, OverlapPolicy, Schedule};
 use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
@@ -186,11 +186,10 @@ impl Shared {
             .is_some_and(|c| self.skew_ms().unsigned_abs() > c.max_skew.as_millis() as u64)
     }
 
-    /// A job's zone: its own, else `QIWU_TIMEZONE`.
-    pub(crate) fn zone_of(&self, timezone: Option<&str>) -> Tz {
-        timezone
-            .and_then(|z| z.parse::<Tz>().ok())
-            .unwrap_or(self.config.timezone)
+    /// A job's zone: its own, else `QIWU_TIMEZONE` (a job stored without
+    /// one). The storage read already refused a zone that does not parse.
+    pub(crate) fn zone_of(&self, timezone: Option<Tz>) -> Tz {
+        timezone.unwrap_or(self.config.timezone)
     }
 }
 
@@ -895,13 +894,16 @@ impl Loop {
                 }
             },
         };
-        let tz = self.shared.zone_of(schedule.timezone.as_deref());
+        let tz = self.shared.zone_of(schedule.timezone);
         let built = schedules::build(schedule.id, &cron, tz, &schedule.time_rules, calendars)?;
         Some(Known {
             schedule_from: schedule.schedule_from,
             schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
-            waits: matches!(schedule.overlap_policy.as_str(), "queue_one" | "replace"),
+            waits: matches!(
+                schedule.overlap_policy,
+                OverlapPolicy::QueueOne | OverlapPolicy::Replace
+            ),
             group: schedule.group.clone(),
             handler: schedule.handler.clone(),
         })
