@@ -16,14 +16,15 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY crates/domain/Cargo.toml crates/domain/
 COPY crates/storage/Cargo.toml crates/storage/
+COPY crates/coord/Cargo.toml crates/coord/
 COPY crates/scheduler-worker/Cargo.toml crates/scheduler-worker/
 COPY crates/api/Cargo.toml crates/api/
 COPY migrations/Cargo.toml migrations/
-RUN mkdir -p src benches crates/domain/src crates/storage/src crates/scheduler-worker/src \
+RUN mkdir -p src benches crates/domain/src crates/storage/src crates/coord/src crates/scheduler-worker/src \
         crates/api/src migrations/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/fire_lag.rs \
-    && touch crates/domain/src/lib.rs crates/storage/src/lib.rs \
+    && touch crates/domain/src/lib.rs crates/storage/src/lib.rs crates/coord/src/lib.rs \
         crates/scheduler-worker/src/lib.rs crates/api/src/lib.rs migrations/src/lib.rs \
     && cargo build --locked --release --bin qiwu-scheduler \
     && rm -rf src benches crates/*/src migrations/src

@@ -94,7 +94,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
         let url = std::env::var("QIWU_TEST_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
         Some(
-            qiwu_storage::Coord::connect(&url)
+            qiwu_coord::Coord::connect(&url)
                 .await
                 .expect("Redis is reachable"),
         )

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use qiwu_api::{AppState, ChangeListener, Claims, JwtKeys};
+use qiwu_coord::{Change, Coord};
 use qiwu_scheduler_worker::clock::{Clock, SystemClock};
 use qiwu_scheduler_worker::handlers::Registry as HandlerRegistry;
 use qiwu_scheduler_worker::{
     ClusterConfig, Command as EngineCommand, Engine, EngineConfig, EngineHandle, EngineStatus,
 };
-use qiwu_storage::{Change, Coord, Store};
+use qiwu_storage::Store;
 use tokio::sync::watch;
 
 use crate::config::{Config, Secret};

@@ -307,7 +307,7 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
     let start = std::time::Instant::now();
     while cluster
         .redis
-        .cli(&["PUBSUB", "NUMSUB", qiwu_storage::CHANGES_CHANNEL])
+        .cli(&["PUBSUB", "NUMSUB", qiwu_coord::CHANGES_CHANNEL])
         .lines()
         .nth(1)
         .is_none_or(|n| n.trim() != workers)

@@ -240,14 +240,14 @@ pub fn jobs_workbook(rows: &[JobRow], lang: Lang, tz: Tz) -> Result<Vec<u8>, Xls
         s.text(2, group_label)?;
         s.text(3, &j.handler)?;
         s.text(4, &j.params.to_string())?;
-        s.text(5, &j.cron)?;
-        s.text(6, j.timezone.as_deref().unwrap_or(tz.name()))?;
+        s.text(5, j.cron.as_str())?;
+        s.text(6, j.timezone.unwrap_or(tz).name())?;
         s.text(7, yes_no(lang, j.enabled))?;
         s.number(8, i64::from(j.retry_count))?;
         s.number(9, j.retry_interval_ms)?;
         s.number(10, j.timeout_ms)?;
         s.text(11, yes_no(lang, j.allow_concurrent))?;
-        s.text(12, misfire_label(lang, &j.misfire_policy))?;
+        s.text(12, misfire_label(lang, j.misfire_policy.as_str()))?;
         s.text(13, &j.remark)?;
         s.number(14, j.version)?;
         s.text(15, yes_no(lang, j.builtin_key.is_some()))?;

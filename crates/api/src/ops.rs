@@ -22,7 +22,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
-use qiwu_storage::{Coord, JobHealth, Store};
+use qiwu_coord::Coord;
+use qiwu_storage::{JobHealth, Store};
 
 /// Why the execution engine is not running (`None` while it runs).
 pub type EngineReadiness = Arc<dyn Fn() -> Option<String> + Send + Sync>;
@@ -300,7 +301,7 @@ async fn render(ops: &Ops) -> Result<String, std::fmt::Error> {
             r.register(
                 "redis_command_errors",
                 "Redis commands (and connection checkouts) that failed or timed out",
-                counter(qiwu_storage::stats::redis_command_errors()),
+                counter(qiwu_coord::stats::redis_command_errors()),
             );
         }
         if let Some(db) = &db {

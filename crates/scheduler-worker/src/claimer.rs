@@ -18,7 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use qiwu_domain::freeze::{Freeze, first_span, frozen_text};
 use qiwu_domain::misfire::{missed_text, past_grace_text, within_grace};
-use qiwu_domain::{CronExpr, MisfirePolicy, MissReason, Schedule};
+use qiwu_domain::{MisfirePolicy, MissReason, Schedule};
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
     TimeClaim, Trigger,
@@ -113,7 +113,6 @@ pub(crate) struct Claimer {
     backoff: Duration,
     /// The last batch could not reach the database.
     unreachable: bool,
-    crons: HashMap<String, Arc<CronExpr>>,
 }
 
 impl Claimer {
@@ -136,7 +135,6 @@ impl Claimer {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             unreachable: false,
-            crons: HashMap::new(),
         }
     }
 
@@ -528,9 +526,8 @@ impl Claimer {
         through: DateTime<Utc>,
         reason: MissReason,
     ) -> Option<Planned> {
-        let cron = self.cron(&job.cron)?;
-        let tz = self.shared.zone_of(job.timezone.as_deref());
-        let schedule = schedules::build(job.id, &cron, tz, &job.time_rules, calendars)?;
+        let tz = self.shared.zone_of(job.timezone);
+        let schedule = schedules::build(job.id, &job.cron, tz, &job.time_rules, calendars)?;
         let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
         let freezes = self.shared.freezes.current();
         let (missed, freeze) = first_span(
@@ -567,7 +564,7 @@ impl Claimer {
             });
         }
         tracing::info!(job = job.id, count = missed.count, first = %missed.first, last = %missed.last, ?reason, "missed fires");
-        let run_once = MisfirePolicy::parse(&job.misfire_policy) == Some(MisfirePolicy::RunOnce);
+        let run_once = job.misfire_policy == MisfirePolicy::RunOnce;
         let grace = job.time_rules.misfire_grace_ms;
         // `misfireGraceMs`: a catch-up whose last missed time is older than
         // the window is one skipped record saying so.
@@ -748,23 +745,6 @@ impl Claimer {
                 crate::backfill::fire_ended(&shared, &feedback, fire_id);
             }
         });
-    }
-
-    fn cron(&mut self, text: &str) -> Option<Arc<CronExpr>> {
-        if let Some(cron) = self.crons.get(text) {
-            return Some(Arc::clone(cron));
-        }
-        match CronExpr::parse(text) {
-            Ok(cron) => {
-                let cron = Arc::new(cron);
-                self.crons.insert(text.to_string(), Arc::clone(&cron));
-                Some(cron)
-            }
-            Err(e) => {
-                tracing::error!(cron = text, error = %e, "a stored schedule is invalid; its misses are not recorded");
-                None
-            }
-        }
     }
 }
 

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use qiwu_storage::{Coord, Store};
+use qiwu_coord::Coord;
+use qiwu_storage::Store;
 use tokio::sync::watch;
 
 use crate::clock::Clock;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use qiwu_domain::{CronExpr, MissReason, Schedule};
+use qiwu_domain::{CronExpr, MissReason, OverlapPolicy, Schedule};
 use qiwu_storage::{JobSchedule, Store};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::task::TaskTracker;
@@ -37,9 +37,11 @@ use crate::timer::{Armed, Timers};
 
 pub use crate::texts::{REASON_RESTART, REASON_SHUTDOWN};
 
-/// How far behind "now" timers are armed when a job is (re)armed, and up
-/// to where its missed times are caught up: a fire a live peer may still
-/// be claiming is decided by the ledger rather than reported as missed.
+/// How far back a (re)armed job's timer may start, and up to where its
+/// missed times are caught up. A job is armed from the moment its current
+/// schedule began (`schedule_from`, the time of the change that moved it),
+/// but never earlier than this before now: a fire a live peer may still be
+/// claiming is decided by the ledger rather than reported as missed.
 const ARM_GRACE: chrono::Duration = chrono::Duration::seconds(2);
 /// Jobs read per page at start.
 const LOAD_PAGE: u64 = 1000;
@@ -184,11 +186,10 @@ impl Shared {
             .is_some_and(|c| self.skew_ms().unsigned_abs() > c.max_skew.as_millis() as u64)
     }
 
-    /// A job's zone: its own, else `QIWU_TIMEZONE`.
-    pub(crate) fn zone_of(&self, timezone: Option<&str>) -> Tz {
-        timezone
-            .and_then(|z| z.parse::<Tz>().ok())
-            .unwrap_or(self.config.timezone)
+    /// A job's zone: its own, else `QIWU_TIMEZONE` (a job stored without
+    /// one). The storage read already refused a zone that does not parse.
+    pub(crate) fn zone_of(&self, timezone: Option<Tz>) -> Tz {
+        timezone.unwrap_or(self.config.timezone)
     }
 }
 
@@ -341,8 +342,9 @@ fn start_helpers(
     helpers
 }
 
-/// Where start-up arms from: now in `serve` (a restart's misses are all
-/// caught up), a little back in a cluster (live peers may still be claiming).
+/// The earliest time start-up arms from (a job whose schedule began later
+/// is armed from that moment): now in `serve` (a restart's misses are all
+/// caught up), 2 s back in a cluster (live peers may still be claiming).
 fn start_line(shared: &Shared) -> DateTime<Utc> {
     let now = shared.clock.now();
     match shared.config.cluster {
@@ -893,13 +895,16 @@ impl Loop {
                 }
             },
         };
-        let tz = self.shared.zone_of(schedule.timezone.as_deref());
+        let tz = self.shared.zone_of(schedule.timezone);
         let built = schedules::build(schedule.id, &cron, tz, &schedule.time_rules, calendars)?;
         Some(Known {
             schedule_from: schedule.schedule_from,
             schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
-            waits: matches!(schedule.overlap_policy.as_str(), "queue_one" | "replace"),
+            waits: matches!(
+                schedule.overlap_policy,
+                OverlapPolicy::QueueOne | OverlapPolicy::Replace
+            ),
             group: schedule.group.clone(),
             handler: schedule.handler.clone(),
         })
@@ -1007,10 +1012,10 @@ async fn forward_changes(
                 loop {
                     tokio::select! {
                         change = stream.next() => match change {
-                            Some(qiwu_storage::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
-                            Some(qiwu_storage::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
-                            Some(qiwu_storage::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
-                            Some(qiwu_storage::Change::Freeze(_)) => { let _ = sender.send(Command::FreezesChanged); }
+                            Some(qiwu_coord::Change::Job(id)) => { let _ = sender.send(Command::JobChanged(id)); }
+                            Some(qiwu_coord::Change::Fire(id)) => { let _ = sender.send(Command::FireQueued(id)); }
+                            Some(qiwu_coord::Change::Cancel(id)) => { let _ = sender.send(Command::CancelRequested(id)); }
+                            Some(qiwu_coord::Change::Freeze(_)) => { let _ = sender.send(Command::FreezesChanged); }
                             None => break,
                         },
                         () = shutting_down(&mut shutdown) => return,

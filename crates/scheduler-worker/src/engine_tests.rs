@@ -1039,7 +1039,7 @@ async fn shutdown_closes_what_is_still_running_and_never_retries() {
 async fn a_lost_lock_stops_the_attempt_and_the_slot_waits_for_the_handler() {
     let hold = hold_clock().await;
     let mut redis = RedisServer::start();
-    let coord = qiwu_storage::Coord::connect(&redis.url())
+    let coord = qiwu_coord::Coord::connect(&redis.url())
         .await
         .expect("redis");
     let cluster = ClusterConfig::new(coord);

@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use qiwu_coord::Change;
+use qiwu_domain::OverlapPolicy;
 use qiwu_domain::alert::FireEnd;
 use qiwu_domain::params;
 use qiwu_domain::retry::{RetryBackoff, RetryTiming, jitter_seed};
-use qiwu_storage::{Change, EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
+use qiwu_storage::{EndWritten, JobRecord, RunEnd, RunStart, RunStatus, Trigger};
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
@@ -347,7 +349,7 @@ impl Fire {
         let mut waited = false;
         let job_id = self.job.id;
         let fires = self.shared.store.fires();
-        if self.job.overlap_policy == "replace" {
+        if self.job.overlap_policy == OverlapPolicy::Replace {
             let by = texts::replaced_by(self.scheduled_at);
             match fires
                 .cancel_others(job_id, self.run_id, &by, self.shared.clock.now())
@@ -664,7 +666,7 @@ impl Fire {
             timeout_ms: self.job.timeout_ms,
             started_at,
             attempt: self.attempt,
-            timezone: self.shared.zone_of(self.job.timezone.as_deref()),
+            timezone: self.shared.zone_of(self.job.timezone),
             channels: self.job.alert.channels.clone(),
         })
         .await;
@@ -697,7 +699,7 @@ impl Fire {
             attempt: self.attempt,
             run_id: self.run_id,
             finished_at: self.shared.clock.now(),
-            timezone: self.shared.zone_of(self.job.timezone.as_deref()),
+            timezone: self.shared.zone_of(self.job.timezone),
         };
         let shared = self.shared.clone();
         self.shared.tracker.spawn(async move {

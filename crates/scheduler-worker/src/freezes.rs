@@ -18,9 +18,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Utc};
+use qiwu_domain::MisfirePolicy;
 use qiwu_domain::freeze::{Freeze, catch_up_note, freezing, frozen_times};
 use qiwu_domain::misfire::within_grace;
-use qiwu_domain::{CronExpr, MisfirePolicy};
 use qiwu_storage::{ClaimContext, ClaimOutcome, Claimed, FirstRun, StorageError, Trigger};
 
 use crate::engine::Shared;
@@ -135,14 +135,11 @@ pub(crate) async fn claim_end_catch_ups(
         let Some(job) = jobs.get(job_id).filter(|j| j.enabled) else {
             continue;
         };
-        if MisfirePolicy::parse(&job.misfire_policy) != Some(MisfirePolicy::RunOnce) {
+        if job.misfire_policy != MisfirePolicy::RunOnce {
             continue;
         }
-        let Ok(cron) = CronExpr::parse(&job.cron) else {
-            continue;
-        };
-        let tz = shared.zone_of(job.timezone.as_deref());
-        let Some(schedule) = schedules::build(job.id, &cron, tz, &job.time_rules, &calendars)
+        let tz = shared.zone_of(job.timezone);
+        let Some(schedule) = schedules::build(job.id, &job.cron, tz, &job.time_rules, &calendars)
         else {
             continue;
         };

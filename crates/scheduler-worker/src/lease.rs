@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use qiwu_storage::{Coord, JobLock, StorageError};
+use qiwu_coord::{Coord, CoordError, JobLock};
 use tokio::sync::watch;
 
 /// The non-concurrent jobs executing in this process, and a signal each
@@ -75,7 +75,7 @@ impl LockLease {
         job_id: i64,
         instance: &str,
         ttl: Duration,
-    ) -> Result<Option<LockLease>, StorageError> {
+    ) -> Result<Option<LockLease>, CoordError> {
         for wait in [50, 100, 200, 0] {
             if let Some(lock) = coord.try_lock(job_id, instance, ttl).await? {
                 let (lost_tx, lost) = watch::channel(false);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use qiwu_storage::Change;
+use qiwu_coord::Change;
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::clock::sleep_for;

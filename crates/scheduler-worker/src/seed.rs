@@ -159,9 +159,9 @@ mod tests {
         assert_eq!(jobs.len(), 3);
         let purge = &jobs[0];
         assert_eq!(purge.handler, "audit.purge");
-        assert_eq!(purge.cron, "0 30 3 * * *");
+        assert_eq!(purge.cron.as_str(), "0 30 3 * * *");
         assert!(purge.enabled);
-        assert_eq!(purge.misfire_policy, "run_once");
+        assert_eq!(purge.misfire_policy.as_str(), "run_once");
         assert_eq!(purge.group, "system");
         assert_eq!(purge.timeout_ms, 600_000);
         assert_eq!(purge.retry_count, 0);
@@ -247,7 +247,7 @@ mod tests {
         let after = all_jobs(&store).await;
         assert_eq!(after.len(), 2, "the deleted built-in stays deleted");
         let dispatch = store.jobs().get(jobs[1].id).await.unwrap().unwrap();
-        assert_eq!(dispatch.cron, "0 */5 * * * *");
+        assert_eq!(dispatch.cron.as_str(), "0 */5 * * * *");
         assert!(!dispatch.enabled);
         assert_eq!(dispatch.remark, "changed by an admin");
     }

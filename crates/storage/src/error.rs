@@ -24,10 +24,6 @@ pub enum StorageError {
     Corrupt(String),
     #[error("cannot open database: {0}")]
     Open(String),
-    #[error("redis error")]
-    Redis(#[from] redis::RedisError),
-    #[error("redis pool error: {0}")]
-    RedisPool(String),
     /// A paging cursor that none of our lists handed out (the API answers 400).
     #[error("invalid cursor")]
     InvalidCursor,

@@ -1,8 +1,9 @@
 //! Jobs: records, filters and the [`JobRepo`] repository.
 
 use chrono::{DateTime, Utc};
-use qiwu_domain::TimeRules;
+use chrono_tz::Tz;
 use qiwu_domain::calendar::CalendarRule;
+use qiwu_domain::{CronExpr, MisfirePolicy, OverlapPolicy, TimeRules};
 use sea_orm::sea_query::{Alias, BinOper, Expr, ExprTrait, Func};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::NotSet, ActiveValue::Set, ColumnTrait, Condition,
@@ -63,14 +64,15 @@ pub struct JobRecord {
     pub group: String,
     pub handler: String,
     pub params: serde_json::Value,
-    pub cron: String,
-    pub timezone: Option<String>,
+    pub cron: CronExpr,
+    /// `None`: the service's `QIWU_TIMEZONE`.
+    pub timezone: Option<Tz>,
     pub enabled: bool,
     pub retry_count: i32,
     pub retry_interval_ms: i64,
     pub timeout_ms: i64,
     pub allow_concurrent: bool,
-    pub misfire_policy: String,
+    pub misfire_policy: MisfirePolicy,
     pub remark: String,
     pub time_rules: TimeRules,
     /// Successful scheduled fires so far, counted towards `maxRuns`.
@@ -79,8 +81,7 @@ pub struct JobRecord {
     pub retry_backoff: String,
     pub retry_max_interval_ms: i64,
     pub retry_jitter: bool,
-    /// `skip`, `allow`, `queue_one` or `replace`.
-    pub overlap_policy: String,
+    pub overlap_policy: OverlapPolicy,
     pub version: i64,
     /// When the current schedule (cron, zone, enabled, time rules, or the
     /// calendar's dates) took effect: timers
@@ -146,7 +147,10 @@ impl JobRecord {
     /// A fire of this job waits for the running one instead of being
     /// skipped (`queue_one`, `replace`).
     pub fn waits_its_turn(&self) -> bool {
-        matches!(self.overlap_policy.as_str(), "queue_one" | "replace")
+        matches!(
+            self.overlap_policy,
+            OverlapPolicy::QueueOne | OverlapPolicy::Replace
+        )
     }
 }
 
@@ -169,6 +173,11 @@ impl TryFrom<job::Model> for JobRecord {
                 max_runs: m.max_runs,
             },
         )?;
+        let cron = cron_of(m.id, &m.cron)?;
+        let timezone = zone_of(m.id, m.timezone.as_deref())?;
+        let misfire_policy = MisfirePolicy::parse(&m.misfire_policy)
+            .ok_or_else(|| corrupt(m.id, "misfire_policy", &m.misfire_policy))?;
+        let overlap_policy = overlap_of(m.id, &m.overlap_policy)?;
         Ok(JobRecord {
             time_rules,
             scheduled_successes: m.scheduled_successes,
@@ -177,19 +186,19 @@ impl TryFrom<job::Model> for JobRecord {
             group: m.group_code,
             handler: m.handler,
             params,
-            cron: m.cron,
-            timezone: m.timezone,
+            cron,
+            timezone,
             enabled: m.enabled,
             retry_count: m.retry_count,
             retry_interval_ms: m.retry_interval_ms,
             timeout_ms: m.timeout_ms,
             allow_concurrent: m.allow_concurrent,
-            misfire_policy: m.misfire_policy,
+            misfire_policy,
             remark: m.remark,
             retry_backoff: m.retry_backoff,
             retry_max_interval_ms: m.retry_max_interval_ms,
             retry_jitter: m.retry_jitter,
-            overlap_policy: m.overlap_policy,
+            overlap_policy,
             version: m.version,
             schedule_from: from_millis(m.schedule_from)?,
             builtin_key: m.builtin_key,
@@ -217,6 +226,30 @@ impl TryFrom<job::Model> for JobRecord {
     }
 }
 
+/// A stored value no release writes: logged once here, with the row's id,
+/// and answered as `Corrupt` (never replaced by a default).
+fn corrupt(id: i64, column: &str, value: &str) -> StorageError {
+    tracing::error!(job = id, column, value, "stored job value does not parse");
+    StorageError::Corrupt(format!("job {id}: {column} {value:?} does not parse"))
+}
+
+fn cron_of(id: i64, text: &str) -> Result<CronExpr, StorageError> {
+    CronExpr::parse(text).map_err(|_| corrupt(id, "cron", text))
+}
+
+/// The job's zone; `None` (no zone stored) is the service's zone.
+fn zone_of(id: i64, name: Option<&str>) -> Result<Option<Tz>, StorageError> {
+    name.map(|name| {
+        name.parse::<Tz>()
+            .map_err(|_| corrupt(id, "timezone", name))
+    })
+    .transpose()
+}
+
+fn overlap_of(id: i64, text: &str) -> Result<OverlapPolicy, StorageError> {
+    OverlapPolicy::parse(text).ok_or_else(|| corrupt(id, "overlap_policy", text))
+}
+
 /// The channel ids stored as a JSON array (null: none).
 fn channel_ids(job: i64, raw: Option<&str>) -> Result<Vec<i64>, StorageError> {
     match raw {
@@ -235,15 +268,17 @@ fn channel_ids(job: i64, raw: Option<&str>) -> Result<Vec<i64>, StorageError> {
 pub struct JobSchedule {
     pub id: i64,
     pub enabled: bool,
+    /// The stored text: the engine parses each distinct expression once
+    /// and shares it between the jobs that use it.
     pub cron: String,
-    pub timezone: Option<String>,
+    /// `None`: the service's `QIWU_TIMEZONE`.
+    pub timezone: Option<Tz>,
     pub schedule_from: DateTime<Utc>,
     pub allow_concurrent: bool,
     /// What the schedule needs of the time rules (calendar, window,
     /// jitter); the others are read with the job at a claim.
     pub time_rules: TimeRules,
-    /// `skip`, `allow`, `queue_one` or `replace`.
-    pub overlap_policy: String,
+    pub overlap_policy: OverlapPolicy,
     /// The job's group and handler, which freeze windows name.
     pub group: String,
     pub handler: String,
@@ -316,12 +351,12 @@ fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
     Ok(JobSchedule {
         id: row.id,
         enabled: row.enabled,
+        timezone: zone_of(row.id, row.timezone.as_deref())?,
+        overlap_policy: overlap_of(row.id, &row.overlap_policy)?,
         cron: row.cron,
-        timezone: row.timezone,
         schedule_from: from_millis(row.schedule_from)?,
         allow_concurrent: row.allow_concurrent,
         time_rules,
-        overlap_policy: row.overlap_policy,
         group: row.group_code,
         handler: row.handler,
     })

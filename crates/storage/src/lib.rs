@@ -9,7 +9,6 @@ mod audit;
 mod backfills;
 mod calendars;
 mod cluster;
-mod coord;
 pub mod entity;
 mod error;
 mod fires;
@@ -36,7 +35,6 @@ pub use backfills::{
 };
 pub use calendars::{CalendarDateRecord, CalendarRecord, CalendarRepo, CalendarSummary};
 pub use cluster::{CLUSTER_TIMEZONE_KEY, ClusterRepo, InstanceRecord};
-pub use coord::{CHANGES_CHANNEL, Change, Coord, JobLock};
 pub use error::StorageError;
 pub use fires::{
     ClaimContext, ClaimOutcome, Claimed, END_WRITE_FALLBACK, EndWritten, FireCallback, FireRepo,

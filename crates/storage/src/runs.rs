@@ -4,6 +4,7 @@
 //! (The execution engine writes runs; it does not go through this module.)
 
 use chrono::{DateTime, Utc};
+use qiwu_domain::{RunStatus, Trigger};
 use sea_orm::sea_query::{Expr, Func};
 use sea_orm::{
     ColumnTrait, Condition, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect,
@@ -43,12 +44,10 @@ pub struct RunRecord {
     /// As the job was named when it ran; kept after the job is deleted.
     pub job_name: String,
     pub handler: String,
-    /// `schedule`, `manual` or `misfire`.
-    pub trigger: String,
+    pub trigger: Trigger,
     pub scheduled_at: DateTime<Utc>,
     pub attempt: i32,
-    /// `running`, `success`, `failed`, `skipped`, `timeout` or `cancelled`.
-    pub status: String,
+    pub status: RunStatus,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub duration_ms: Option<i64>,
@@ -67,16 +66,20 @@ impl TryFrom<run::Model> for RunRecord {
     type Error = StorageError;
 
     fn try_from(m: run::Model) -> Result<Self, Self::Error> {
+        let trigger =
+            Trigger::parse(&m.trigger).ok_or_else(|| corrupt(m.id, "trigger", &m.trigger))?;
+        let status =
+            RunStatus::parse(&m.status).ok_or_else(|| corrupt(m.id, "status", &m.status))?;
         Ok(RunRecord {
             id: m.id,
             fire_id: m.fire_id,
             job_id: m.job_id,
             job_name: m.job_name,
             handler: m.handler,
-            trigger: m.trigger,
+            trigger,
             scheduled_at: from_millis(m.scheduled_at)?,
             attempt: m.attempt,
-            status: m.status,
+            status,
             started_at: from_millis(m.started_at)?,
             finished_at: m.finished_at.map(from_millis).transpose()?,
             duration_ms: m.duration_ms,
@@ -88,6 +91,13 @@ impl TryFrom<run::Model> for RunRecord {
             cancelled_by: m.cancelled_by,
         })
     }
+}
+
+/// A stored value no release writes: logged once here, with the row's id,
+/// and answered as `Corrupt` (never replaced by a default).
+fn corrupt(id: i64, column: &str, value: &str) -> StorageError {
+    tracing::error!(run = id, column, value, "stored run value does not parse");
+    StorageError::Corrupt(format!("run {id}: {column} {value:?} does not parse"))
 }
 
 /// What became of a request to cancel a run.
@@ -349,7 +359,7 @@ impl RunRepo<'_> {
         let Some(run) = self.get(id).await? else {
             return Ok(CancelRequest::NotFound);
         };
-        Ok(if run.status == "running" {
+        Ok(if run.status == RunStatus::Running {
             CancelRequest::Requested { run, first: asked }
         } else {
             CancelRequest::Finished(run)

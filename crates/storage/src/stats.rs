@@ -1,23 +1,13 @@
-//! Counters of this process's database and Redis use that no query can
-//! answer afterwards, read by `/metrics`.
+//! Counters of this process's database use that no query can answer
+//! afterwards, read by `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-static REDIS_ERRORS: AtomicU64 = AtomicU64::new(0);
 static DB_ACQUIRE_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
-
-/// Redis commands (and connection checkouts) that failed or timed out.
-pub fn redis_command_errors() -> u64 {
-    REDIS_ERRORS.load(Ordering::Relaxed)
-}
 
 /// Database operations that gave up waiting for a pooled connection.
 pub fn db_acquire_timeouts() -> u64 {
     DB_ACQUIRE_TIMEOUTS.load(Ordering::Relaxed)
-}
-
-pub(crate) fn redis_error() {
-    REDIS_ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
 pub(crate) fn db_acquire_timeout() {

@@ -4,8 +4,8 @@
 
 use actix_web::{HttpResponse, get, post, web};
 use chrono::{DateTime, Utc};
+use qiwu_domain::Lang;
 use qiwu_domain::backfill::{self, BackfillError, MAX_FIRES, PlannedTime, TimeState};
-use qiwu_domain::{CronExpr, Lang};
 use qiwu_storage::{BackfillFire, BackfillRecord};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -209,9 +209,8 @@ pub async fn create_backfill(
         .await
         .map_err(|e| ApiError::storage(lang, e))?
         .ok_or_else(|| ApiError::job_not_found(lang, id))?;
-    let cron = CronExpr::parse(&job.cron).map_err(|e| ApiError::internal(lang, e))?;
     let tz = job_zone(&state, &job);
-    let schedule = job_schedule(&state, lang, &job, cron, tz)
+    let schedule = job_schedule(&state, lang, &job, job.cron.clone(), tz)
         .await?
         .map_err(|why| ApiError::new(lang, ErrorKind::Conflict(Text::new(why.clone(), why))))?;
     let covered = state

@@ -176,14 +176,14 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "group": job.group,
         "handler": job.handler,
         "params": job.params,
-        "cron": job.cron,
-        "timezone": job.timezone,
+        "cron": job.cron.as_str(),
+        "timezone": job.timezone.map(|tz| tz.name()),
         "enabled": job.enabled,
         "retryCount": job.retry_count,
         "retryIntervalMs": job.retry_interval_ms,
         "timeoutMs": job.timeout_ms,
         "allowConcurrent": job.allow_concurrent,
-        "misfirePolicy": job.misfire_policy,
+        "misfirePolicy": job.misfire_policy.as_str(),
         "remark": job.remark,
         "alertOnFailure": job.alert.on_failure,
         "alertAfterConsecutiveFailures": job.alert.after_consecutive_failures,
@@ -192,7 +192,7 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
         "retryBackoff": job.retry_backoff,
         "retryMaxIntervalMs": job.retry_max_interval_ms,
         "retryJitter": job.retry_jitter,
-        "overlapPolicy": job.overlap_policy,
+        "overlapPolicy": job.overlap_policy.as_str(),
     }) else {
         return Map::new();
     };
@@ -265,12 +265,10 @@ async fn load(state: &AppState, lang: Lang, id: i64) -> Result<JobRecord, ApiErr
         .ok_or_else(|| ApiError::job_not_found(lang, id))
 }
 
-/// The zone a job's times are computed in.
+/// The zone a job's times are computed in: its own, else the service's
+/// (a job stored without one; storage refused a zone that does not parse).
 pub(crate) fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
-    job.timezone
-        .as_deref()
-        .and_then(|name| name.parse::<Tz>().ok())
-        .unwrap_or(state.timezone)
+    job.timezone.unwrap_or(state.timezone)
 }
 
 /// The job's schedule with its calendar, or why it has none (its user
@@ -362,25 +360,22 @@ pub async fn get_job(
             .to_string(),
         );
     }
-    let (cron_description, next_fire_times) = match CronExpr::parse(&job.cron) {
-        Ok(cron) => {
-            let description = cron.describe(lang);
-            match job_schedule(&state, lang, &job, cron, tz).await? {
-                Ok(schedule) => {
-                    if let Some(notice) = schedule.calendar_notice(now) {
-                        notices.push(notice.message(lang));
-                    }
-                    let from = resumes_at.unwrap_or(now);
-                    (description, in_zone(schedule.upcoming(from, 5), tz))
+    let (cron_description, next_fire_times) = {
+        let cron = job.cron.clone();
+        let description = cron.describe(lang);
+        match job_schedule(&state, lang, &job, cron, tz).await? {
+            Ok(schedule) => {
+                if let Some(notice) = schedule.calendar_notice(now) {
+                    notices.push(notice.message(lang));
                 }
-                Err(why) => {
-                    notices.push(why);
-                    (description, vec![])
-                }
+                let from = resumes_at.unwrap_or(now);
+                (description, in_zone(schedule.upcoming(from, 5), tz))
+            }
+            Err(why) => {
+                notices.push(why);
+                (description, vec![])
             }
         }
-        // Only a row written outside the API can hold an invalid expression.
-        Err(e) => (e.message(lang), vec![]),
     };
     let notice = (!notices.is_empty()).then(|| notices.join(" "));
     let recent_runs = if who.has(Permission::RunBrowse) {
@@ -581,15 +576,12 @@ pub async fn preview_change(
             },
         }),
     }
-    let before = match CronExpr::parse(&current.cron) {
-        Ok(cron) => {
-            let tz = job_zone(&state, &current);
-            match job_schedule(&state, lang, &current, cron, tz).await? {
-                Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
-                Err(_) => vec![],
-            }
+    let before = {
+        let tz = job_zone(&state, &current);
+        match job_schedule(&state, lang, &current, current.cron.clone(), tz).await? {
+            Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
+            Err(_) => vec![],
         }
-        Err(_) => vec![],
     };
     let input = merged(&state, &current, body);
     let checked = check(&state, lang, &input).await?;
@@ -613,11 +605,12 @@ pub async fn preview_change(
             }));
         }
     };
+    let (new_cron, new_zone) = (checked.spec.cron.clone(), checked.spec.timezone);
     let new = to_new_job(checked, None);
     let new_schedule = starts_new_schedule(&current, &new);
     let after_record = JobRecord {
-        cron: new.cron.clone(),
-        timezone: new.timezone.clone(),
+        cron: new_cron.clone(),
+        timezone: new_zone,
         enabled: new.enabled,
         time_rules: new.time_rules.clone(),
         ..current.clone()
@@ -633,8 +626,8 @@ pub async fn preview_change(
             .to_string(),
         );
     }
-    let (after, calendar_effect) = match CronExpr::parse(&new.cron) {
-        Ok(cron) => match job_schedule(&state, lang, &after_record, cron, tz).await? {
+    let (after, calendar_effect) =
+        match job_schedule(&state, lang, &after_record, new_cron, tz).await? {
             Ok(schedule) => {
                 if let Some(notice) = schedule.calendar_notice(now) {
                     notices.push(notice.message(lang));
@@ -651,9 +644,7 @@ pub async fn preview_change(
                 notices.push(why);
                 (vec![], None)
             }
-        },
-        Err(e) => return Err(ApiError::internal(lang, e)),
-    };
+        };
     let catch_up_note = if new_schedule {
         lang.pick(
             "保存即开始新的触发计划：保存之前的触发时间不算错过，不会补跑。",
@@ -682,8 +673,8 @@ pub async fn preview_change(
 /// True when saving `new` over `current` starts a new schedule, as
 /// storage decides it (`JobRepo::update` moves `schedule_from`).
 fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
-    current.cron != new.cron
-        || current.timezone != new.timezone
+    current.cron.as_str() != new.cron
+        || current.timezone.map(|tz| tz.name()) != new.timezone.as_deref()
         || current.enabled != new.enabled
         || current.time_rules.calendar != new.time_rules.calendar
         || current.time_rules.calendar_rule != new.time_rules.calendar_rule

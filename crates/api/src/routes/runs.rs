@@ -273,10 +273,10 @@ pub async fn cancel_run(
             return Err(ApiError::new(
                 lang,
                 ErrorKind::Conflict(Text::new(
-                    format!("执行记录 {id} 已结束（{}），无法取消", run.status),
+                    format!("执行记录 {id} 已结束（{}），无法取消", run.status.as_str()),
                     format!(
                         "Run {id} has ended ({}): there is nothing to cancel",
-                        run.status
+                        run.status.as_str()
                     ),
                 )),
             ));

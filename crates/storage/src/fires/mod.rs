@@ -37,67 +37,10 @@ use crate::{JobRecord, StorageError, Store};
 
 pub use claim::{ClaimContext, ClaimOutcome, Claimed, FirstRun, ManualClaim, TimeClaim};
 pub use ends::{END_WRITE_FALLBACK, EndWritten};
+pub use qiwu_domain::run::{RunStatus, Trigger};
 pub use run_once::{
     FireCallback, IdempotencyKey, KeyedFire, LastAttempt, ManualQueued, ManualRequest,
 };
-
-/// A run's status in the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RunStatus {
-    Running,
-    Success,
-    Failed,
-    Skipped,
-    Timeout,
-    /// Stopped by a person or service (or replaced by a newer fire).
-    Cancelled,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Success => "success",
-            RunStatus::Failed => "failed",
-            RunStatus::Skipped => "skipped",
-            RunStatus::Timeout => "timeout",
-            RunStatus::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<RunStatus> {
-        Some(match text {
-            "running" => RunStatus::Running,
-            "success" => RunStatus::Success,
-            "failed" => RunStatus::Failed,
-            "skipped" => RunStatus::Skipped,
-            "timeout" => RunStatus::Timeout,
-            "cancelled" => RunStatus::Cancelled,
-            _ => return None,
-        })
-    }
-}
-
-/// What caused a fire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Trigger {
-    Schedule,
-    Manual,
-    Misfire,
-    /// A missed time fired by a backfill request.
-    Backfill,
-}
-
-impl Trigger {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Schedule => "schedule",
-            Trigger::Manual => "manual",
-            Trigger::Misfire => "misfire",
-            Trigger::Backfill => "backfill",
-        }
-    }
-}
 
 /// The lane of the job's schedule (timer fires and catch-ups).
 pub(crate) const LANE_SCHEDULE: i16 = 0;

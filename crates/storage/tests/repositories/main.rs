@@ -290,14 +290,14 @@ fn assert_matches_input(rec: &JobRecord, job: &NewJob) {
     assert_eq!(rec.group, job.group);
     assert_eq!(rec.handler, job.handler);
     assert_eq!(rec.params, job.params);
-    assert_eq!(rec.cron, job.cron);
-    assert_eq!(rec.timezone, job.timezone);
+    assert_eq!(rec.cron.as_str(), job.cron);
+    assert_eq!(rec.timezone.map(|tz| tz.name()), job.timezone.as_deref());
     assert_eq!(rec.enabled, job.enabled);
     assert_eq!(rec.retry_count, job.retry_count);
     assert_eq!(rec.retry_interval_ms, job.retry_interval_ms);
     assert_eq!(rec.timeout_ms, job.timeout_ms);
     assert_eq!(rec.allow_concurrent, job.allow_concurrent);
-    assert_eq!(rec.misfire_policy, job.misfire_policy);
+    assert_eq!(rec.misfire_policy.as_str(), job.misfire_policy);
     assert_eq!(rec.remark, job.remark);
 }
 
@@ -1616,7 +1616,7 @@ mod run_and_audit_logs {
         })
         .await;
         assert_eq!(by_job.len(), 2);
-        assert_eq!(by_job[0].status, "failed");
+        assert_eq!(by_job[0].status.as_str(), "failed");
         // Job name: case-insensitive substring; `%` and `_` are literal.
         assert_eq!(
             names(

@@ -59,7 +59,7 @@ async fn cancel_requests_are_stored_once_and_found_by_their_instance(store: Stor
         panic!("{first:?}");
     };
     assert_eq!(run.cancelled_by.as_deref(), Some("alice"));
-    assert_eq!(run.status, "running");
+    assert_eq!(run.status.as_str(), "running");
     let again = runs.request_cancel(a, "apikey:ci", now()).await.unwrap();
     let CancelRequest::Requested { run, first: false } = again else {
         panic!("{again:?}");
@@ -84,7 +84,7 @@ async fn cancel_requests_are_stored_once_and_found_by_their_instance(store: Stor
     let CancelRequest::Finished(run) = done else {
         panic!("{done:?}");
     };
-    assert_eq!(run.status, "cancelled");
+    assert_eq!(run.status.as_str(), "cancelled");
     assert_eq!(run.cancelled_by.as_deref(), Some("alice"));
     assert_eq!(
         runs.request_cancel(i64::MAX, "bob", now()).await.unwrap(),

@@ -4,7 +4,11 @@
 //!
 //! Redis is an accelerator and a guard, never the ledger: a lost message is
 //! repaired by reconciliation against the database, and a fire is still
-//! claimed exactly once by the database's unique key.
+//! claimed exactly once by the database's unique key. Nothing here reads
+//! or writes the database: this crate knows Redis only.
+
+mod error;
+pub mod stats;
 
 use std::time::Duration;
 
@@ -13,7 +17,7 @@ use futures_util::StreamExt;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use crate::StorageError;
+pub use error::CoordError;
 
 /// The channel every worker listens on.
 pub const CHANGES_CHANNEL: &str = "qiwu:changes";
@@ -61,15 +65,13 @@ impl std::fmt::Debug for Coord {
     }
 }
 
-async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StorageError> {
+async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, CoordError> {
     let result = match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
         Ok(result) => Ok(result?),
-        Err(_) => Err(StorageError::RedisPool(
-            "redis did not answer within 1 s".into(),
-        )),
+        Err(_) => Err(CoordError::Timeout("no answer within 1 s")),
     };
     if result.is_err() {
-        crate::stats::redis_error();
+        stats::redis_error();
     }
     result
 }
@@ -97,44 +99,41 @@ return 0";
 
 impl Coord {
     /// Opens the pool and checks that Redis answers.
-    pub async fn connect(url: &str) -> Result<Coord, StorageError> {
+    pub async fn connect(url: &str) -> Result<Coord, CoordError> {
         let client = redis::Client::open(url)?;
         let pool = Config::from_url(url)
             .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| StorageError::RedisPool(e.to_string()))?;
+            .map_err(|e| CoordError::Pool(e.to_string()))?;
         let coord = Coord { pool, client };
         coord.ping().await?;
         Ok(coord)
     }
 
-    async fn conn(&self) -> Result<deadpool_redis::Connection, StorageError> {
+    async fn conn(&self) -> Result<deadpool_redis::Connection, CoordError> {
         let conn = self.checkout().await;
         if conn.is_err() {
-            crate::stats::redis_error();
+            stats::redis_error();
         }
         conn
     }
 
-    async fn checkout(&self) -> Result<deadpool_redis::Connection, StorageError> {
+    async fn checkout(&self) -> Result<deadpool_redis::Connection, CoordError> {
         match tokio::time::timeout(COMMAND_TIMEOUT, self.pool.get()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(StorageError::RedisPool(e.to_string())),
-            Err(_) => Err(StorageError::RedisPool(
-                "no redis connection within 1 s".into(),
-            )),
+            Ok(Err(e)) => Err(CoordError::Pool(e.to_string())),
+            Err(_) => Err(CoordError::Timeout("no connection within 1 s")),
         }
     }
 
-    pub async fn ping(&self) -> Result<(), StorageError> {
+    pub async fn ping(&self) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
         let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
         Ok(())
     }
 
     /// Tells every worker about a committed change.
-    pub async fn publish(&self, change: Change) -> Result<(), StorageError> {
-        let payload = serde_json::to_string(&change)
-            .map_err(|e| StorageError::Corrupt(format!("cannot encode a change: {e}")))?;
+    pub async fn publish(&self, change: Change) -> Result<(), CoordError> {
+        let payload = serde_json::to_string(&change).map_err(CoordError::Encode)?;
         let mut conn = self.conn().await?;
         let _: i64 = bounded(conn.publish(CHANGES_CHANNEL, payload)).await?;
         Ok(())
@@ -144,10 +143,10 @@ impl Coord {
     /// connection drops (the caller re-subscribes and reconciles).
     pub async fn subscribe(
         &self,
-    ) -> Result<impl futures_util::Stream<Item = Change> + Send + 'static, StorageError> {
+    ) -> Result<impl futures_util::Stream<Item = Change> + Send + 'static, CoordError> {
         let mut pubsub = tokio::time::timeout(COMMAND_TIMEOUT * 5, self.client.get_async_pubsub())
             .await
-            .map_err(|_| StorageError::RedisPool("cannot open a pub/sub connection".into()))??;
+            .map_err(|_| CoordError::Timeout("no pub/sub connection within 5 s"))??;
         pubsub.subscribe(CHANGES_CHANNEL).await?;
         Ok(pubsub.into_on_message().filter_map(|msg| async move {
             let payload: String = msg.get_payload().ok()?;
@@ -161,7 +160,7 @@ impl Coord {
         job_id: i64,
         owner: &str,
         ttl: Duration,
-    ) -> Result<Option<JobLock>, StorageError> {
+    ) -> Result<Option<JobLock>, CoordError> {
         let mut conn = self.conn().await?;
         let key = format!("{LOCK_PREFIX}{job_id}");
         // One round trip: the next fencing token, and the lock if free.
@@ -183,7 +182,7 @@ impl Coord {
     }
 
     /// Extends a held lock; false when it is no longer ours.
-    pub async fn renew(&self, lock: &JobLock, ttl: Duration) -> Result<bool, StorageError> {
+    pub async fn renew(&self, lock: &JobLock, ttl: Duration) -> Result<bool, CoordError> {
         let mut conn = self.conn().await?;
         let renewed: i64 = bounded(
             redis::Script::new(RENEW)
@@ -197,7 +196,7 @@ impl Coord {
     }
 
     /// Gives a lock back, if it is still ours.
-    pub async fn release(&self, lock: &JobLock) -> Result<(), StorageError> {
+    pub async fn release(&self, lock: &JobLock) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
         let _: i64 = bounded(
             redis::Script::new(RELEASE)
