@@ -244,6 +244,12 @@ pub struct JobDto {
     pub paused_until: Option<DateTime<Utc>>,
 }
 
+/// A job as the audit log keeps it: the API's JSON form, with the stored
+/// name (not a translation).
+pub fn job_json(job: &JobRecord) -> Option<Value> {
+    serde_json::to_value(JobDto::new(job.clone(), Lang::Zh)).ok()
+}
+
 impl JobDto {
     pub fn new(j: JobRecord, lang: Lang) -> JobDto {
         JobDto {

@@ -10,12 +10,12 @@ use qiwu_domain::{CronExpr, Lang, Schedule, TimeRules, builtin};
 use qiwu_storage::{EnabledOutcome, JobFilter, JobRecord, JobSelection, NewJob, StorageError};
 use serde_json::{Map, Value, json};
 
-use crate::audit::{self, Action, Target, job_json};
+use crate::audit::{self, Action, Target};
 use crate::auth::{Permission, Principal};
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
     BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
-    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone,
+    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone, job_json,
 };
 use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
