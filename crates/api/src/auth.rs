@@ -79,7 +79,8 @@ pub struct Principal {
     pub name: String,
     pub super_admin: bool,
     perms: BTreeSet<Permission>,
-    /// The language the request asked for; errors are written in it.
+    /// The language the request asked for, for the texts of a successful
+    /// answer (an error chooses its language when it is rendered).
     pub lang: Lang,
 }
 
@@ -98,12 +99,9 @@ impl Principal {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::new(
-                self.lang,
-                ErrorKind::Forbidden {
-                    needs: missing.join(", "),
-                },
-            ))
+            Err(ApiError::new(ErrorKind::Forbidden {
+                needs: missing.join(", "),
+            }))
         }
     }
 
@@ -111,12 +109,9 @@ impl Principal {
         if self.super_admin {
             Ok(())
         } else {
-            Err(ApiError::new(
-                self.lang,
-                ErrorKind::Forbidden {
-                    needs: "superAdmin".into(),
-                },
-            ))
+            Err(ApiError::new(ErrorKind::Forbidden {
+                needs: "superAdmin".into(),
+            }))
         }
     }
 
@@ -126,15 +121,14 @@ impl Principal {
     }
 }
 
-fn unauthenticated(lang: Lang, zh: &str, en: &str) -> ApiError {
-    ApiError::new(lang, ErrorKind::Unauthenticated(Text::new(zh, en)))
+fn unauthenticated(zh: &str, en: &str) -> ApiError {
+    ApiError::new(ErrorKind::Unauthenticated(Text::new(zh, en)))
 }
 
 /// The bearer token of a request, or the 401 saying what is wrong with it.
-fn bearer_token(req: &HttpRequest, lang: Lang) -> Result<&str, ApiError> {
+fn bearer_token(req: &HttpRequest) -> Result<&str, ApiError> {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
         return Err(unauthenticated(
-            lang,
             "缺少 Authorization: Bearer 令牌",
             "Missing the Authorization: Bearer token",
         ));
@@ -150,7 +144,6 @@ fn bearer_token(req: &HttpRequest, lang: Lang) -> Result<&str, ApiError> {
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
             unauthenticated(
-                lang,
                 "Authorization 头必须是 Bearer 令牌",
                 "The Authorization header must carry a Bearer token",
             )
@@ -163,11 +156,10 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
         use jsonwebtoken::errors::ErrorKind as J;
         match e.kind() {
             J::ExpiredSignature => unauthenticated(
-                lang,
                 "令牌已过期：请重新登录",
                 "The token has expired: sign in again",
             ),
-            _ => unauthenticated(lang, "令牌无效", "The token is not valid"),
+            _ => unauthenticated("令牌无效", "The token is not valid"),
         }
     })?;
     // `sub` is written as `createdBy`, `updatedBy` and the audit actor,
@@ -175,7 +167,6 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
     // shorten it (two users would then share a name) or fail later.
     if claims.sub.chars().any(char::is_control) {
         return Err(unauthenticated(
-            lang,
             "令牌的 sub 含有控制字符：请让签发方使用可打印的用户标识",
             "The token's sub holds control characters: ask its issuer for a printable user id",
         ));
@@ -183,7 +174,6 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
     let sub_chars = claims.sub.chars().count();
     if sub_chars > MAX_SUB_CHARS {
         return Err(unauthenticated(
-            lang,
             &format!(
                 "令牌的 sub 最多 {MAX_SUB_CHARS} 个字符，这个有 {sub_chars} 个：请让签发方缩短用户标识"
             ),
@@ -213,10 +203,9 @@ async fn api_key_principal(
         .api_keys()
         .authenticate(&key, Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let Some(record) = found else {
         return Err(unauthenticated(
-            lang,
             "API 密钥无效或已被吊销",
             "The API key is not valid or has been revoked",
         ));
@@ -270,12 +259,11 @@ impl FromRequest for Principal {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let lang = request_lang(req);
         let Some(state) = req.app_data::<web::Data<AppState>>() else {
-            return PrincipalFuture::Ready(ready(Err(ApiError::internal(
-                lang,
-                std::io::Error::other("AppState is not registered"),
-            ))));
+            return PrincipalFuture::Ready(ready(Err(ApiError::internal(std::io::Error::other(
+                "AppState is not registered",
+            )))));
         };
-        match bearer_token(req, lang) {
+        match bearer_token(req) {
             Ok(token) if token.starts_with(API_KEY_MARK) => PrincipalFuture::Lookup(Box::pin(
                 api_key_principal(state.clone(), token.to_owned(), lang),
             )),

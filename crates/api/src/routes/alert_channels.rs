@@ -152,22 +152,18 @@ fn field_errors(errors: Vec<ChannelFieldError>) -> Vec<ProblemFieldText> {
         .collect()
 }
 
-fn not_found(lang: Lang, id: i64) -> ApiError {
+fn not_found(id: i64) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("告警渠道 {id} 不存在"),
         format!("Alert channel {id} does not exist"),
     )
 }
 
-fn name_taken(lang: Lang, name: &str) -> ApiError {
-    ApiError::new(
-        lang,
-        ErrorKind::NameTaken(Text::new(
-            format!("告警渠道名称「{name}」已被使用：请换一个名称"),
-            format!("The alert channel name “{name}” is already taken: choose another name"),
-        )),
-    )
+fn name_taken(name: &str) -> ApiError {
+    ApiError::new(ErrorKind::NameTaken(Text::new(
+        format!("告警渠道名称「{name}」已被使用：请换一个名称"),
+        format!("The alert channel name “{name}” is already taken: choose another name"),
+    )))
 }
 
 /// A channel as the audit log keeps it: the shown form, never the secret.
@@ -197,7 +193,7 @@ pub async fn list_alert_channels(
         .alert_channels()
         .list()
         .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+        .map_err(ApiError::storage)?;
     let items: Vec<AlertChannelDto> = items.into_iter().map(AlertChannelDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -227,18 +223,17 @@ pub async fn create_alert_channel(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
-    let spec = alert::validate_channel(&body, None)
-        .map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let body = body_object(body.into_inner())?;
+    let spec =
+        alert::validate_channel(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
     let created = state
         .store
         .alert_channels()
         .create(&spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NameTaken => name_taken(lang, &spec.name),
-            other => ApiError::storage(lang, other),
+            StorageError::NameTaken => name_taken(&spec.name),
+            other => ApiError::storage(other),
         })?;
     audit::record(
         &state,
@@ -284,15 +279,14 @@ pub async fn get_alert_channel(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let channel = state
         .store
         .alert_channels()
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(id))?;
     Ok(HttpResponse::Ok().json(AlertChannelDto::from(channel)))
 }
 
@@ -324,16 +318,15 @@ pub async fn update_alert_channel(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let current = state
         .store
         .alert_channels()
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(id))?;
     // Absent fields keep their value: the body goes over the stored ones.
     let mut input = Map::new();
     input.insert("name".into(), json!(current.name));
@@ -348,7 +341,7 @@ pub async fn update_alert_channel(
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
             errors.extend(field_errors(spec.err().unwrap_or_default()));
-            return Err(ApiError::validation(lang, errors));
+            return Err(ApiError::validation(errors));
         }
     };
     let (before, after) = state
@@ -357,9 +350,9 @@ pub async fn update_alert_channel(
         .update(id, version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(lang, id),
-            StorageError::NameTaken => name_taken(lang, &spec.name),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => not_found(id),
+            StorageError::NameTaken => name_taken(&spec.name),
+            other => ApiError::storage(other),
         })?;
     audit::record(
         &state,
@@ -398,13 +391,9 @@ pub async fn delete_alert_channel(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let repo = state.store.alert_channels();
-    let users = repo
-        .jobs_naming(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let users = repo.jobs_naming(id).await.map_err(ApiError::storage)?;
     if !users.is_empty() {
         let list = users
             .iter()
@@ -412,25 +401,22 @@ pub async fn delete_alert_channel(
             .map(i64::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!(
-                    "还有 {} 个任务使用这个告警渠道（任务 ID：{list}）：请先从这些任务的 alertChannels 中移除",
-                    users.len()
-                ),
-                format!(
-                    "{} job(s) use this alert channel (job ids: {list}): remove it from their alertChannels first",
-                    users.len()
-                ),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!(
+                "还有 {} 个任务使用这个告警渠道（任务 ID：{list}）：请先从这些任务的 alertChannels 中移除",
+                users.len()
+            ),
+            format!(
+                "{} job(s) use this alert channel (job ids: {list}): remove it from their alertChannels first",
+                users.len()
+            ),
+        ))));
     }
     let deleted = repo
         .delete(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(id))?;
     audit::record(
         &state,
         &who,

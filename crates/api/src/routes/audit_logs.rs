@@ -37,24 +37,24 @@ pub async fn list_audit_logs(
     let targets: Vec<&str> = Target::ALL.iter().map(|t| t.code()).collect();
     let filter = AuditFilter {
         actor: query::text(q.actor),
-        action: query::one_of(lang, "action", q.action, &actions)?,
-        target_type: query::one_of(lang, "targetType", q.target_type, &targets)?,
+        action: query::one_of("action", q.action, &actions)?,
+        target_type: query::one_of("targetType", q.target_type, &targets)?,
         target_id: query::text(q.target_id),
-        from: query::instant(lang, "from", q.from)?,
-        to: query::instant(lang, "to", q.to)?,
+        from: query::instant("from", q.from)?,
+        to: query::instant("to", q.to)?,
     };
-    query::range(lang, "to", filter.from, filter.to)?;
-    let limit = query::limit(lang, q.limit)?;
+    query::range("to", filter.from, filter.to)?;
+    let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| AuditCursor::decode(&c))
         .transpose()
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let (items, next) = state
         .store
         .audit()
         .list(&filter, limit, cursor)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(AuditPage {
         items: items.into_iter().map(|a| AuditDto::new(a, lang)).collect(),
         next_cursor: next.map(|c| c.encode()),

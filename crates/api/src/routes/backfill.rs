@@ -4,8 +4,8 @@
 
 use actix_web::{HttpResponse, get, post, web};
 use chrono::{DateTime, Utc};
+use qiwu_domain::CronExpr;
 use qiwu_domain::backfill::{self, BackfillError, MAX_FIRES, PlannedTime, TimeState};
-use qiwu_domain::{CronExpr, Lang};
 use qiwu_storage::{BackfillFire, BackfillRecord};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -183,7 +183,7 @@ pub async fn create_backfill(
     let lang = who.lang;
     let id = id.into_inner().0;
     let now = Utc::now();
-    let mut fields = Fields::new(lang, body.into_inner(), FIELDS)?;
+    let mut fields = Fields::new(body.into_inner(), FIELDS)?;
     let from = required_instant(&mut fields, "from");
     let to = required_instant(&mut fields, "to");
     let dry_run = fields.boolean("dryRun", false).unwrap_or(false);
@@ -193,37 +193,36 @@ pub async fn create_backfill(
     fields.finish()?;
     let (Some(from), Some(to)) = (from, to) else {
         return Err(ApiError::bad_request(
-            lang,
             "缺少时间范围",
             "The range is missing",
         ));
     };
     let problems = backfill::check_request(from, to, now, max_fires);
     if !problems.is_empty() {
-        return Err(refused(lang, &problems));
+        return Err(refused(&problems));
     }
     let job = state
         .store
         .jobs()
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| ApiError::job_not_found(lang, id))?;
-    let cron = CronExpr::parse(&job.cron).map_err(|e| ApiError::internal(lang, e))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| ApiError::job_not_found(id))?;
+    let cron = CronExpr::parse(&job.cron).map_err(ApiError::internal)?;
     let tz = job_zone(&state, &job);
-    let schedule = job_schedule(&state, lang, &job, cron, tz)
+    let schedule = job_schedule(&state, &job, cron, tz)
         .await?
-        .map_err(|why| ApiError::new(lang, ErrorKind::Conflict(Text::new(why.clone(), why))))?;
+        .map_err(|why| ApiError::new(ErrorKind::Conflict(why)))?;
     let covered = state
         .store
         .backfills()
         .covered(id, from, to)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let owned = job.enabled.then_some(job.schedule_from);
     let max = u32::try_from(max_fires).unwrap_or(MAX_FIRES);
-    let planned = backfill::plan(&schedule, from, to, max, &covered, owned)
-        .map_err(|e| refused(lang, &[e]))?;
+    let planned =
+        backfill::plan(&schedule, from, to, max, &covered, owned).map_err(|e| refused(&[e]))?;
     let missing: Vec<DateTime<Utc>> = planned
         .iter()
         .filter(|p| p.state == TimeState::Missing)
@@ -245,7 +244,7 @@ pub async fn create_backfill(
         .backfills()
         .create(id, from, to, &missing, &who.actor(), now)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let backfill_id = created.record.id;
     // The first fire is released here; each next one when its
     // predecessor ends (or at an instance's pending poll).
@@ -254,7 +253,7 @@ pub async fn create_backfill(
         .backfills()
         .advance(backfill_id, None, &|_, _| true, now)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     if let Some(fire) = first {
         state.changes.fire_queued(fire);
     }
@@ -324,18 +323,14 @@ pub async fn get_backfill(
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRun])?;
-    let lang = who.lang;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let record = repo
         .get(job_id, id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, job_id, id))?;
-    let fires = repo
-        .fires(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(job_id, id))?;
+    let fires = repo.fires(id).await.map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(BackfillDto::new(record, fires)))
 }
 
@@ -363,14 +358,13 @@ pub async fn cancel_backfill(
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRun])?;
-    let lang = who.lang;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let cancelled = repo
         .cancel(job_id, id, &who.actor(), Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, job_id, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(job_id, id))?;
     for run in &cancelled.runs {
         state.changes.run_cancel_requested(*run);
     }
@@ -396,10 +390,7 @@ pub async fn cancel_backfill(
         .await;
         tracing::info!(job = job_id, backfill = id, dropped = cancelled.dropped, actor = %who.sub, "backfill cancelled");
     }
-    let fires = repo
-        .fires(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let fires = repo.fires(id).await.map_err(ApiError::storage)?;
     Ok(HttpResponse::Accepted().json(BackfillDto::new(cancelled.record, fires)))
 }
 
@@ -429,16 +420,15 @@ fn times(planned: &[PlannedTime], taken: &[DateTime<Utc>]) -> Vec<BackfillTimeDt
         .collect()
 }
 
-fn not_found(lang: Lang, job_id: i64, id: i64) -> ApiError {
+fn not_found(job_id: i64, id: i64) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("任务 {job_id} 没有补跑 {id}"),
         format!("Job {job_id} has no backfill {id}"),
     )
 }
 
 /// The 400 of a refused request, each problem naming its field.
-fn refused(lang: Lang, problems: &[BackfillError]) -> ApiError {
+fn refused(problems: &[BackfillError]) -> ApiError {
     let errors = problems
         .iter()
         .map(|p| match p {
@@ -482,5 +472,5 @@ fn refused(lang: Lang, problems: &[BackfillError]) -> ApiError {
             ),
         })
         .collect();
-    ApiError::validation(lang, errors)
+    ApiError::validation(errors)
 }

@@ -18,24 +18,20 @@ use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
 use crate::query::MAX_SAFE_INTEGER;
 use crate::state::AppState;
 
-fn not_found(lang: Lang, code: &str) -> ApiError {
+fn not_found(code: &str) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("日历 {code} 不存在"),
         format!("Calendar {code} does not exist"),
     )
 }
 
-fn read_only(lang: Lang, code: &str) -> ApiError {
-    ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!("日历 {code} 是内置日历，不能修改或删除；需要别的日期请新建一个日历"),
-            format!(
-                "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
-            ),
-        )),
-    )
+fn read_only(code: &str) -> ApiError {
+    ApiError::new(ErrorKind::Conflict(Text::new(
+        format!("日历 {code} 是内置日历，不能修改或删除；需要别的日期请新建一个日历"),
+        format!(
+            "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
+        ),
+    )))
 }
 
 fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
@@ -50,11 +46,10 @@ fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
         .collect()
 }
 
-pub(crate) fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
-            lang,
             "请求体必须是一个 JSON 对象",
             "The request body must be a JSON object",
         )),
@@ -96,7 +91,6 @@ pub(crate) fn version_of(body: &Map<String, Value>) -> Result<i64, ProblemFieldT
 /// The calendar a code names, built-in or stored; `None` when there is none.
 pub async fn find_calendar(
     state: &AppState,
-    lang: Lang,
     code: &str,
 ) -> Result<Option<Arc<Calendar>>, ApiError> {
     if let Some(cal) = builtin::find(code) {
@@ -112,18 +106,18 @@ pub async fn find_calendar(
         .calendars()
         .get(code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
     else {
         return Ok(None);
     };
     record
         .to_calendar()
         .map(|c| Some(Arc::new(c)))
-        .map_err(|e| ApiError::storage(lang, e))
+        .map_err(ApiError::storage)
 }
 
 /// Every calendar code a job may name: the built-in ones, then the stored.
-pub async fn calendar_codes(state: &AppState, lang: Lang) -> Result<Vec<String>, ApiError> {
+pub async fn calendar_codes(state: &AppState) -> Result<Vec<String>, ApiError> {
     let mut codes: Vec<String> = builtin::BUILTIN_CODES
         .iter()
         .map(|c| c.to_string())
@@ -134,7 +128,7 @@ pub async fn calendar_codes(state: &AppState, lang: Lang) -> Result<Vec<String>,
             .calendars()
             .codes()
             .await
-            .map_err(|e| ApiError::storage(lang, e))?,
+            .map_err(ApiError::storage)?,
     );
     Ok(codes)
 }
@@ -174,7 +168,7 @@ pub async fn list_calendars(
             .calendars()
             .list()
             .await
-            .map_err(|e| ApiError::storage(lang, e))?
+            .map_err(ApiError::storage)?
             .into_iter()
             .map(CalendarSummaryDto::user),
     );
@@ -208,15 +202,15 @@ pub async fn get_calendar(
         return Ok(HttpResponse::Ok().json(CalendarDto::builtin(&cal, lang)));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(not_found(&code));
     }
     let record = state
         .store
         .calendars()
         .get(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, &code))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| not_found(&code))?;
     Ok(HttpResponse::Ok().json(CalendarDto::user(record)))
 }
 
@@ -255,24 +249,19 @@ pub async fn create_calendar(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
-    let spec =
-        user::validate(&body, None).map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let body = body_object(body.into_inner())?;
+    let spec = user::validate(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
     let created = state
         .store
         .calendars()
         .create(&spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::AlreadyExists => ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
-                    format!("日历 {} 已存在", spec.code),
-                    format!("Calendar {} already exists", spec.code),
-                )),
-            ),
-            other => ApiError::storage(lang, other),
+            StorageError::AlreadyExists => ApiError::new(ErrorKind::Conflict(Text::new(
+                format!("日历 {} 已存在", spec.code),
+                format!("Calendar {} already exists", spec.code),
+            ))),
+            other => ApiError::storage(other),
         })?;
     let dto = CalendarDto::user(created);
     audit::record(
@@ -328,15 +317,14 @@ pub async fn update_calendar(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
-        return Err(read_only(lang, &code));
+        return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(not_found(&code));
     }
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     // Every bad field in one answer: the version's problem with the rest.
     let version = version_of(&body);
     let spec = user::validate(&body, Some(&code));
@@ -345,7 +333,7 @@ pub async fn update_calendar(
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
             errors.extend(field_errors(spec.err().unwrap_or_default()));
-            return Err(ApiError::validation(lang, errors));
+            return Err(ApiError::validation(errors));
         }
     };
     let (before, after, jobs) = state
@@ -354,8 +342,8 @@ pub async fn update_calendar(
         .update(version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(lang, &code),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => not_found(&code),
+            other => ApiError::storage(other),
         })?;
     // The jobs naming it start a new schedule with the new dates.
     for id in jobs {
@@ -399,13 +387,12 @@ pub async fn delete_calendar(
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
-        return Err(read_only(lang, &code));
+        return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(not_found(&code));
     }
     // A calendar a job names is refused, as a job group still in use is:
     // the job would otherwise stop firing without anyone deciding it.
@@ -415,10 +402,10 @@ pub async fn delete_calendar(
         .delete(&code)
         .await
         .map_err(|e| match e {
-            StorageError::InUse(jobs) => in_use(lang, &code, &jobs),
-            other => ApiError::storage(lang, other),
+            StorageError::InUse(jobs) => in_use(&code, &jobs),
+            other => ApiError::storage(other),
         })?
-        .ok_or_else(|| not_found(lang, &code))?;
+        .ok_or_else(|| not_found(&code))?;
     let dto = CalendarDto::user(deleted);
     audit::record(
         &state,
@@ -436,7 +423,7 @@ pub async fn delete_calendar(
 }
 
 /// 409: jobs still name the calendar.
-fn in_use(lang: Lang, code: &str, jobs: &[i64]) -> ApiError {
+fn in_use(code: &str, jobs: &[i64]) -> ApiError {
     const SHOWN: usize = 20;
     let mut ids: Vec<String> = jobs.iter().take(SHOWN).map(i64::to_string).collect();
     if jobs.len() > SHOWN {
@@ -444,13 +431,10 @@ fn in_use(lang: Lang, code: &str, jobs: &[i64]) -> ApiError {
     }
     let ids = ids.join(", ");
     let n = jobs.len();
-    ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!(
-                "还有 {n} 个任务使用日历 {code}（任务 {ids}）：请先让这些任务改用其他日历或不用日历"
-            ),
-            format!("{n} jobs still use calendar {code} (jobs {ids}): change their calendar first"),
-        )),
-    )
+    ApiError::new(ErrorKind::Conflict(Text::new(
+        format!(
+            "还有 {n} 个任务使用日历 {code}（任务 {ids}）：请先让这些任务改用其他日历或不用日历"
+        ),
+        format!("{n} jobs still use calendar {code} (jobs {ids}): change their calendar first"),
+    )))
 }

@@ -30,7 +30,7 @@ pub async fn list_groups(
         .groups()
         .list()
         .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+        .map_err(ApiError::storage)?;
     let items: Vec<GroupDto> = groups
         .into_iter()
         .map(|g| GroupDto::new(g, who.lang))
@@ -67,7 +67,7 @@ pub async fn create_group(
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
-    let body = GroupCreate::read(lang, body.into_inner())?;
+    let body = GroupCreate::read(body.into_inner())?;
     let code = body.code.trim();
     let label_zh = body.label_zh.trim();
     let label_en = body.label_en.as_deref().map(str::trim).unwrap_or(label_zh);
@@ -105,7 +105,7 @@ pub async fn create_group(
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::validation(lang, errors));
+        return Err(ApiError::validation(errors));
     }
     let created = state
         .store
@@ -113,14 +113,13 @@ pub async fn create_group(
         .create(code, label_zh, label_en, Utc::now())
         .await
         .map_err(|e| match e {
-            qiwu_storage::StorageError::AlreadyExists => ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
+            qiwu_storage::StorageError::AlreadyExists => {
+                ApiError::new(ErrorKind::Conflict(Text::new(
                     format!("分组 {code} 已存在"),
                     format!("Job group {code} already exists"),
-                )),
-            ),
-            other => ApiError::storage(lang, other),
+                )))
+            }
+            other => ApiError::storage(other),
         })?;
     Ok(HttpResponse::Created().json(GroupDto::new(created, lang)))
 }
@@ -146,48 +145,40 @@ pub async fn delete_group(
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     let store = &state.store;
     let group = store
         .groups()
         .get(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
         .ok_or_else(|| {
             ApiError::not_found(
-                lang,
                 format!("分组 {code} 不存在"),
                 format!("Job group {code} does not exist"),
             )
         })?;
     if group.builtin {
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!("分组 {code} 是内置分组，不能删除"),
-                format!("Job group {code} is built in and cannot be deleted"),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!("分组 {code} 是内置分组，不能删除"),
+            format!("Job group {code} is built in and cannot be deleted"),
+        ))));
     }
     let used = store
         .jobs()
         .count_in_group(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     if used > 0 {
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!("还有 {used} 个任务属于分组 {code}：请先移走这些任务"),
-                format!("{used} jobs still belong to group {code}: move them first"),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!("还有 {used} 个任务属于分组 {code}：请先移走这些任务"),
+            format!("{used} jobs still belong to group {code}: move them first"),
+        ))));
     }
     store
         .groups()
         .delete(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -45,20 +45,20 @@ pub async fn export_jobs(
         name: query::text(q.name),
         group: query::text(q.group),
         handler: query::text(q.handler),
-        enabled: query::boolean(lang, "enabled", q.enabled)?,
+        enabled: query::boolean("enabled", q.enabled)?,
     };
     let (jobs, total) = state
         .store
         .jobs()
         .list(&filter, 1, MAX_EXPORT_ROWS)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let labels: HashMap<String, String> = state
         .store
         .groups()
         .list()
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
         .into_iter()
         .map(|g| (g.code, lang.pick(g.label_zh, g.label_en)))
         .collect();
@@ -78,8 +78,8 @@ pub async fn export_jobs(
     let tz = state.timezone;
     let bytes = web::block(move || export::jobs_workbook(&rows, lang, tz))
         .await
-        .map_err(|e| ApiError::internal(lang, e))?
-        .map_err(|e| ApiError::internal(lang, e))?;
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     let filters = json!({
         "name": filter.name,
         "group": filter.group,

@@ -17,7 +17,7 @@ use crate::dto::{
     BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
     JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone, job_json,
 };
-use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
+use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText, Text};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
@@ -47,20 +47,20 @@ pub async fn list_jobs(
     who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let q = query.into_inner();
-    let page = query::page(lang, q.page)?;
-    let page_size = query::page_size(lang, "pageSize", q.page_size)?;
+    let page = query::page(q.page)?;
+    let page_size = query::page_size("pageSize", q.page_size)?;
     let filter = JobFilter {
         name: query::text(q.name),
         group: query::text(q.group),
         handler: query::text(q.handler),
-        enabled: query::boolean(lang, "enabled", q.enabled)?,
+        enabled: query::boolean("enabled", q.enabled)?,
     };
     let (items, total) = state
         .store
         .jobs()
         .list(&filter, page, page_size)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(JobPage {
         items: items.into_iter().map(|j| JobDto::new(j, lang)).collect(),
         total,
@@ -70,11 +70,10 @@ pub async fn list_jobs(
 }
 
 /// The body as a JSON object, or a 400 naming the problem.
-fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
-            lang,
             "请求体必须是一个 JSON 对象",
             "The request body must be a JSON object",
         )),
@@ -83,14 +82,10 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
 
 /// Validates a merged job with its time rules and alert policy, turning every field error
 /// into the response.
-async fn validate(
-    state: &AppState,
-    lang: Lang,
-    input: &Map<String, Value>,
-) -> Result<Checked, ApiError> {
-    check(state, lang, input).await?.map_err(|errors| {
-        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
-    })
+async fn validate(state: &AppState, input: &Map<String, Value>) -> Result<Checked, ApiError> {
+    check(state, input)
+        .await?
+        .map_err(|errors| ApiError::validation(errors.iter().map(ProblemFieldText::from).collect()))
 }
 
 /// A merged job, checked: its fields, time rules and alert policy.
@@ -104,7 +99,6 @@ struct Checked {
 /// every field error.
 async fn check(
     state: &AppState,
-    lang: Lang,
     input: &Map<String, Value>,
 ) -> Result<Result<Checked, Vec<job::FieldError>>, ApiError> {
     let groups: Vec<String> = state
@@ -112,7 +106,7 @@ async fn check(
         .groups()
         .list()
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
         .into_iter()
         .map(|g| g.code)
         .collect();
@@ -121,8 +115,8 @@ async fn check(
         .alert_channels()
         .ids()
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
-    let calendars = calendar_codes(state, lang).await?;
+        .map_err(ApiError::storage)?;
+    let calendars = calendar_codes(state).await?;
     let spec = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars);
     let policy = alert::read_policy(input, &channels);
     Ok(match (spec, policy) {
@@ -225,18 +219,18 @@ pub async fn create_job(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskCreate])?;
     let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let mut input = job::defaults();
     input.extend(alert::policy_defaults());
     input.extend(job::time_rule_defaults());
     input.extend(body);
-    let checked = validate(&state, lang, &input).await?;
+    let checked = validate(&state, &input).await?;
     let created = state
         .store
         .jobs()
         .create(&to_new_job(checked, None), &who.actor(), Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     state.changes.job_changed(created.id);
     audit::record(
         &state,
@@ -255,14 +249,14 @@ pub async fn create_job(
         .json(JobDto::new(created, lang)))
 }
 
-async fn load(state: &AppState, lang: Lang, id: i64) -> Result<JobRecord, ApiError> {
+async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
     state
         .store
         .jobs()
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| ApiError::job_not_found(lang, id))
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| ApiError::job_not_found(id))
 }
 
 /// The zone a job's times are computed in.
@@ -277,31 +271,28 @@ pub(crate) fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
 /// calendar is gone: the engine does not arm it).
 pub(crate) async fn job_schedule(
     state: &AppState,
-    lang: Lang,
     job: &JobRecord,
     cron: CronExpr,
     tz: Tz,
-) -> Result<Result<Schedule, String>, ApiError> {
+) -> Result<Result<Schedule, Text>, ApiError> {
     let calendar = match job.time_rules.calendar.as_deref() {
         None => None,
-        Some(code) => match find_calendar(state, lang, code).await? {
+        Some(code) => match find_calendar(state, code).await? {
             Some(calendar) => Some(calendar),
             None => {
-                return Ok(Err(match lang {
-                    Lang::Zh => format!(
-                        "任务使用的日历 {code} 已不存在：在改用其他日历之前，任务不会触发。"
-                    ),
-                    Lang::En => format!(
+                return Ok(Err(Text::new(
+                    format!("任务使用的日历 {code} 已不存在：在改用其他日历之前，任务不会触发。"),
+                    format!(
                         "The job's calendar {code} no longer exists: the job does not fire until it names another."
                     ),
-                }));
+                )));
             }
         },
     };
     Ok(job
         .time_rules
         .schedule(cron, tz, calendar)
-        .map_err(|e| e.to_string()))
+        .map_err(|e| Text::same(e.to_string())))
 }
 
 /// A job with its cron description, next fire times and recent runs.
@@ -325,7 +316,7 @@ pub async fn get_job(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskView])?;
     let lang = who.lang;
-    let job = load(&state, lang, id.into_inner().0).await?;
+    let job = load(&state, id.into_inner().0).await?;
     let tz = job_zone(&state, &job);
     let now = Utc::now();
     let mut notices: Vec<String> = Vec::new();
@@ -365,7 +356,7 @@ pub async fn get_job(
     let (cron_description, next_fire_times) = match CronExpr::parse(&job.cron) {
         Ok(cron) => {
             let description = cron.describe(lang);
-            match job_schedule(&state, lang, &job, cron, tz).await? {
+            match job_schedule(&state, &job, cron, tz).await? {
                 Ok(schedule) => {
                     if let Some(notice) = schedule.calendar_notice(now) {
                         notices.push(notice.message(lang));
@@ -374,7 +365,7 @@ pub async fn get_job(
                     (description, in_zone(schedule.upcoming(from, 5), tz))
                 }
                 Err(why) => {
-                    notices.push(why);
+                    notices.push(why.pick(lang).to_string());
                     (description, vec![])
                 }
             }
@@ -389,7 +380,7 @@ pub async fn get_job(
             .runs()
             .recent_for_job(job.id, RECENT_RUNS)
             .await
-            .map_err(|e| ApiError::storage(lang, e))?;
+            .map_err(ApiError::storage)?;
         Some(runs.into_iter().map(RecentRunDto::new).collect())
     } else {
         None
@@ -434,7 +425,7 @@ pub async fn update_job(
     who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let version = match body.get("version") {
         Some(Value::Number(n))
             if n.as_i64()
@@ -444,7 +435,6 @@ pub async fn update_job(
         }
         Some(_) => {
             return Err(ApiError::field(
-                lang,
                 "version",
                 format!("version 应为 1–{MAX_SAFE_INTEGER} 的整数：修改前读到的版本号"),
                 format!(
@@ -454,16 +444,15 @@ pub async fn update_job(
         }
         None => {
             return Err(ApiError::field(
-                lang,
                 "version",
                 "必填：请带上修改前读到的 version",
                 "Required: send the version the edit is based on",
             ));
         }
     };
-    let current = load(&state, lang, id).await?;
+    let current = load(&state, id).await?;
     let input = merged(&state, &current, body);
-    let checked = validate(&state, lang, &input).await?;
+    let checked = validate(&state, &input).await?;
     let updated = state
         .store
         .jobs()
@@ -476,8 +465,8 @@ pub async fn update_job(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(lang, id),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::job_not_found(id),
+            other => ApiError::storage(other),
         })?;
     state.changes.job_changed(id);
     audit::record(
@@ -563,8 +552,8 @@ pub async fn preview_change(
     who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
-    let current = load(&state, lang, id).await?;
+    let body = body_object(body.into_inner())?;
+    let current = load(&state, id).await?;
     let now = Utc::now();
     let mut errors: Vec<ProblemField> = Vec::new();
     match body.get("version") {
@@ -584,7 +573,7 @@ pub async fn preview_change(
     let before = match CronExpr::parse(&current.cron) {
         Ok(cron) => {
             let tz = job_zone(&state, &current);
-            match job_schedule(&state, lang, &current, cron, tz).await? {
+            match job_schedule(&state, &current, cron, tz).await? {
                 Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
                 Err(_) => vec![],
             }
@@ -592,7 +581,7 @@ pub async fn preview_change(
         Err(_) => vec![],
     };
     let input = merged(&state, &current, body);
-    let checked = check(&state, lang, &input).await?;
+    let checked = check(&state, &input).await?;
     let checked = match checked {
         Ok(valid) => valid,
         Err(field_errors) => {
@@ -634,7 +623,7 @@ pub async fn preview_change(
         );
     }
     let (after, calendar_effect) = match CronExpr::parse(&new.cron) {
-        Ok(cron) => match job_schedule(&state, lang, &after_record, cron, tz).await? {
+        Ok(cron) => match job_schedule(&state, &after_record, cron, tz).await? {
             Ok(schedule) => {
                 if let Some(notice) = schedule.calendar_notice(now) {
                     notices.push(notice.message(lang));
@@ -648,11 +637,11 @@ pub async fn preview_change(
                 (in_zone(times, tz), effect)
             }
             Err(why) => {
-                notices.push(why);
+                notices.push(why.pick(lang).to_string());
                 (vec![], None)
             }
         },
-        Err(e) => return Err(ApiError::internal(lang, e)),
+        Err(e) => return Err(ApiError::internal(e)),
     };
     let catch_up_note = if new_schedule {
         lang.pick(
@@ -719,15 +708,15 @@ pub async fn set_enabled(
     who.require(&[Permission::TaskModify])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = EnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let body = EnabledWrite::read(body.into_inner(), Utc::now())?;
     let outcome = state
         .store
         .jobs()
         .pause(id, &body.request, body.version, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(lang, id),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::job_not_found(id),
+            other => ApiError::storage(other),
         })?;
     state.changes.job_changed(id);
     // Setting the state it already had changes nothing (same version).
@@ -759,8 +748,7 @@ pub async fn batch_enabled(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskModify])?;
-    let lang = who.lang;
-    let (target, request) = BatchEnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let (target, request) = BatchEnabledWrite::read(body.into_inner(), Utc::now())?;
     let selection = match &target {
         BatchTarget::Ids(ids) => JobSelection::Ids(ids),
         BatchTarget::Group(code) => {
@@ -769,16 +757,13 @@ pub async fn batch_enabled(
                 .groups()
                 .get(code)
                 .await
-                .map_err(|e| ApiError::storage(lang, e))?;
+                .map_err(ApiError::storage)?;
             if known.is_none() {
                 let problem = job::FieldError {
                     field: "group".into(),
                     problem: job::JobProblem::UnknownGroup(code.clone()),
                 };
-                return Err(ApiError::validation(
-                    lang,
-                    vec![ProblemFieldText::from(&problem)],
-                ));
+                return Err(ApiError::validation(vec![ProblemFieldText::from(&problem)]));
             }
             JobSelection::Group(code)
         }
@@ -788,7 +773,7 @@ pub async fn batch_enabled(
         .jobs()
         .pause_many(selection, &request, &who.actor(), Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     for outcome in &batch.changed {
         state.changes.job_changed(outcome.after.id);
     }
@@ -851,16 +836,15 @@ pub async fn delete_job(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let deleted = state
         .store
         .jobs()
         .delete(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let Some(deleted) = deleted else {
-        return Err(ApiError::job_not_found(lang, id));
+        return Err(ApiError::job_not_found(id));
     };
     state.changes.job_changed(id);
     audit::record_all(&state, &who, vec![delete_entry(&deleted)]).await;
@@ -888,14 +872,13 @@ pub async fn batch_delete(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
-    let lang = who.lang;
-    let ids = IdList::read(lang, body.into_inner())?;
+    let ids = IdList::read(body.into_inner())?;
     let deleted = state
         .store
         .jobs()
         .delete_many(&ids)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     for job in &deleted {
         state.changes.job_changed(job.id);
     }

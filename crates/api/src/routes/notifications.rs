@@ -33,15 +33,13 @@ pub async fn list_notifications(
     query: web::Query<NotificationQuery>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let q = query.into_inner();
-    let unread = query::boolean(lang, "unread", q.unread)?.unwrap_or(false);
-    let limit = query::limit(lang, q.limit)?;
+    let unread = query::boolean("unread", q.unread)?.unwrap_or(false);
+    let limit = query::limit(q.limit)?;
     let cursor = match query::text(q.cursor).as_deref() {
         None => None,
         Some(c) => Some(NotificationCursor::parse(c).ok_or_else(|| {
             ApiError::field(
-                lang,
                 "cursor",
                 "cursor 无效：请使用上一页返回的 nextCursor",
                 "Invalid cursor: pass the nextCursor of the previous page",
@@ -52,11 +50,11 @@ pub async fn list_notifications(
     let page = inbox
         .list(SUPER_ADMINS, unread, limit, cursor)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let unread_count = inbox
         .count_unread(SUPER_ADMINS)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(NotificationPage {
         items: page.items.into_iter().map(NotificationDto::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -84,17 +82,15 @@ pub async fn read_notification(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let read = state
         .store
         .notifications()
         .mark_read(SUPER_ADMINS, id, Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
         .ok_or_else(|| {
             ApiError::not_found(
-                lang,
                 format!("通知 {id} 不存在"),
                 format!("Notification {id} does not exist"),
             )
@@ -119,12 +115,11 @@ pub async fn read_all_notifications(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let lang = who.lang;
     let count = state
         .store
         .notifications()
         .mark_all_read(SUPER_ADMINS, Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(ReadAllDto { count }))
 }

@@ -2,7 +2,6 @@
 
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
 use qiwu_storage::{CancelRequest, RunCursor, RunFilter};
 use serde_json::json;
 
@@ -30,7 +29,6 @@ const STATUSES: [&str; 6] = [
 
 /// The filters shared by the list and the export, each checked and named.
 fn run_filter(
-    lang: Lang,
     job_id: Option<String>,
     job_name: Option<String>,
     handler: Option<String>,
@@ -39,21 +37,20 @@ fn run_filter(
     (started_from, started_to): (Option<String>, Option<String>),
 ) -> Result<RunFilter, ApiError> {
     let filter = RunFilter {
-        job_id: query::id(lang, "jobId", job_id)?,
+        job_id: query::id("jobId", job_id)?,
         job_name: query::text(job_name),
         handler: query::text(handler),
-        status: query::one_of(lang, "status", status, &STATUSES)?,
-        trigger: query::one_of(lang, "trigger", trigger, &TRIGGERS)?,
-        started_from: query::instant(lang, "startedFrom", started_from)?,
-        started_to: query::instant(lang, "startedTo", started_to)?,
+        status: query::one_of("status", status, &STATUSES)?,
+        trigger: query::one_of("trigger", trigger, &TRIGGERS)?,
+        started_from: query::instant("startedFrom", started_from)?,
+        started_to: query::instant("startedTo", started_to)?,
     };
-    query::range(lang, "startedTo", filter.started_from, filter.started_to)?;
+    query::range("startedTo", filter.started_from, filter.started_to)?;
     Ok(filter)
 }
 
-fn run_not_found(lang: Lang, id: i64) -> ApiError {
+fn run_not_found(id: i64) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("执行记录 {id} 不存在"),
         format!("Run {id} does not exist"),
     )
@@ -93,10 +90,8 @@ pub async fn list_runs(
     query: web::Query<RunQuery>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunBrowse])?;
-    let lang = who.lang;
     let q = query.into_inner();
     let filter = run_filter(
-        lang,
         q.job_id,
         q.job_name,
         q.handler,
@@ -104,17 +99,17 @@ pub async fn list_runs(
         q.trigger,
         (q.started_from, q.started_to),
     )?;
-    let limit = query::limit(lang, q.limit)?;
+    let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| RunCursor::decode(&c))
         .transpose()
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let (items, next) = state
         .store
         .runs()
         .list(&filter, limit, cursor)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     Ok(HttpResponse::Ok().json(RunPage {
         items: items.into_iter().map(RunSummaryDto::new).collect(),
         next_cursor: next.map(|c| c.encode()),
@@ -147,7 +142,6 @@ pub async fn export_runs(
     let lang = who.lang;
     let q = query.into_inner();
     let filter = run_filter(
-        lang,
         q.job_id,
         q.job_name,
         q.handler,
@@ -161,7 +155,7 @@ pub async fn export_runs(
         .runs()
         .export(&filter, MAX_EXPORT_ROWS + 1)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let truncated = rows.len() as u64 > MAX_EXPORT_ROWS;
     rows.truncate(MAX_EXPORT_ROWS as usize);
     let count = rows.len();
@@ -169,8 +163,8 @@ pub async fn export_runs(
     // Building 100 000 rows takes a while: keep it off the async workers.
     let bytes = web::block(move || export::runs_workbook(&rows, lang, tz))
         .await
-        .map_err(|e| ApiError::internal(lang, e))?
-        .map_err(|e| ApiError::internal(lang, e))?;
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     audit::record(
         &state,
         &who,
@@ -212,21 +206,20 @@ pub async fn get_run(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunView])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let run = state
         .store
         .runs()
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| run_not_found(lang, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| run_not_found(id))?;
     let started_by = state
         .store
         .fires()
         .started_by(run.fire_id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let mut detail = RunDetailDto::new(run);
     detail.started_by = started_by;
     Ok(HttpResponse::Ok().json(detail))
@@ -265,21 +258,18 @@ pub async fn cancel_run(
         .runs()
         .request_cancel(id, &who.actor(), Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let (run, first) = match asked {
         CancelRequest::Requested { run, first } => (run, first),
-        CancelRequest::NotFound => return Err(run_not_found(lang, id)),
+        CancelRequest::NotFound => return Err(run_not_found(id)),
         CancelRequest::Finished(run) => {
-            return Err(ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
-                    format!("执行记录 {id} 已结束（{}），无法取消", run.status),
-                    format!(
-                        "Run {id} has ended ({}): there is nothing to cancel",
-                        run.status
-                    ),
-                )),
-            ));
+            return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+                format!("执行记录 {id} 已结束（{}），无法取消", run.status),
+                format!(
+                    "Run {id} has ended ({}): there is nothing to cancel",
+                    run.status
+                ),
+            ))));
         }
     };
     // Also when asked again: a message lost the first time is sent again.
@@ -331,22 +321,21 @@ pub async fn delete_run(
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
     let run = runs
         .get(id)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| run_not_found(lang, id))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| run_not_found(id))?;
     let deleted = runs
         .soft_delete(id, Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     if !deleted {
         // Someone else deleted it in between.
-        return Err(run_not_found(lang, id));
+        return Err(run_not_found(id));
     }
     let summary = format!("删除执行记录 {id}（任务「{}」）", run.job_name);
     let before = serde_json::to_value(RunSummaryDto::new(run)).ok();
@@ -385,8 +374,7 @@ pub async fn batch_delete_runs(
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
-    let mut ids = IdList::read(lang, body.into_inner())?;
+    let mut ids = IdList::read(body.into_inner())?;
     ids.sort_unstable();
     ids.dedup();
     let deleted = state
@@ -394,7 +382,7 @@ pub async fn batch_delete_runs(
         .runs()
         .soft_delete_many(&ids, Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     if deleted > 0 {
         audit::record(
             &state,
@@ -429,13 +417,12 @@ pub async fn clear_runs(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
     let cleared = state
         .store
         .runs()
         .clear(Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     // Like the other deletes, an entry only when something was deleted.
     if cleared > 0 {
         audit::record(

@@ -34,7 +34,7 @@ pub async fn list_settings(
         .settings()
         .list()
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     let items: Vec<SettingDto> = SETTINGS
         .iter()
         .map(|def| {
@@ -76,17 +76,15 @@ pub async fn update_setting(
     let key = key.into_inner();
     let Some(def) = settings::find(&key) else {
         return Err(ApiError::not_found(
-            lang,
             format!("参数 {key} 不存在：只能修改本服务认识的参数"),
             format!("There is no setting {key}: only this service's settings can be changed"),
         ));
     };
-    let raw = SettingWrite::read(lang, body.into_inner())?;
+    let raw = SettingWrite::read(body.into_inner())?;
     let value = match settings::validate(def.key, &raw) {
         Some(Ok(v)) => v,
         Some(Err(problem)) => {
             return Err(ApiError::field(
-                lang,
                 "value",
                 problem.message(qiwu_domain::Lang::Zh),
                 problem.message(qiwu_domain::Lang::En),
@@ -94,10 +92,9 @@ pub async fn update_setting(
         }
         // Known keys always have a rule; reaching here is our bug.
         None => {
-            return Err(ApiError::internal(
-                lang,
-                std::io::Error::other(format!("no validation rule for setting {key}")),
-            ));
+            return Err(ApiError::internal(std::io::Error::other(format!(
+                "no validation rule for setting {key}"
+            ))));
         }
     };
     let change = state
@@ -105,7 +102,7 @@ pub async fn update_setting(
         .settings()
         .set(def.key, &value, &who.actor(), Utc::now())
         .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .map_err(ApiError::storage)?;
     if change.changed {
         tracing::info!(key = def.key, actor = %who.sub, "setting changed");
     }

@@ -13,9 +13,8 @@ use crate::error::{ApiError, Problem, ProblemFieldText, Text};
 use crate::notify_dto::{TemplateDto, TemplateWrite};
 use crate::state::AppState;
 
-fn template_not_found(lang: Lang, code: &str) -> ApiError {
+fn template_not_found(code: &str) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("站内信模板 {code} 不存在"),
         format!("Notification template {code} does not exist"),
     )
@@ -44,7 +43,7 @@ pub async fn list_templates(
         .templates()
         .list()
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .map_err(ApiError::storage)?
         .into_iter()
         .map(|t| TemplateDto::new(t, lang))
         .collect();
@@ -78,8 +77,8 @@ pub async fn get_template(
         .templates()
         .get(&code)
         .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| template_not_found(lang, &code))?;
+        .map_err(ApiError::storage)?
+        .ok_or_else(|| template_not_found(&code))?;
     Ok(HttpResponse::Ok().json(TemplateDto::new(template, lang)))
 }
 
@@ -111,8 +110,8 @@ pub async fn update_template(
     let code = code.into_inner();
     // Only templates this service sends can be edited: their placeholders
     // are known, so an edit can be checked.
-    let def = notify::find(&code).ok_or_else(|| template_not_found(lang, &code))?;
-    let body = TemplateWrite::read(lang, body.into_inner())?;
+    let def = notify::find(&code).ok_or_else(|| template_not_found(&code))?;
+    let body = TemplateWrite::read(body.into_inner())?;
     let texts = DomainTexts {
         title_zh: &body.title_zh,
         body_zh: &body.body_zh,
@@ -121,7 +120,6 @@ pub async fn update_template(
     };
     notify::validate_template(def, &texts).map_err(|errors| {
         ApiError::validation(
-            lang,
             errors
                 .iter()
                 .map(|e| {
@@ -149,8 +147,8 @@ pub async fn update_template(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => template_not_found(lang, &code),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => template_not_found(&code),
+            other => ApiError::storage(other),
         })?;
     tracing::info!(template = %code, actor = %who.sub, "notification template changed");
     Ok(HttpResponse::Ok().json(TemplateDto::new(updated, lang)))
