@@ -202,8 +202,7 @@ async fn api_key_principal(
         .store
         .api_keys()
         .authenticate(&key, Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     let Some(record) = found else {
         return Err(unauthenticated(
             "API 密钥无效或已被吊销",

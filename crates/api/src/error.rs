@@ -171,6 +171,35 @@ impl From<ErrorKind> for ApiError {
     }
 }
 
+/// A storage failure, so handlers use a bare `?` on repository calls;
+/// callers handle `NotFound` themselves when the resource deserves a
+/// specific message.
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> ApiError {
+        let kind = match e {
+            StorageError::NotFound => ErrorKind::NotFound(Text::new("记录不存在", "Not found")),
+            StorageError::StaleVersion { current } => ErrorKind::StaleVersion { current },
+            StorageError::NameTaken => ErrorKind::NameTaken(Text::new(
+                "任务名称已被使用：请换一个名称",
+                "The job name is already taken: choose another name",
+            )),
+            StorageError::AlreadyExists => {
+                ErrorKind::Conflict(Text::new("记录已存在", "It already exists"))
+            }
+            // Every list that pages by cursor calls the parameter `cursor`.
+            StorageError::InvalidCursor => ErrorKind::Validation(vec![ProblemFieldText::new(
+                "cursor",
+                Text::new(
+                    "cursor 无效：请原样传回上一页返回的 nextCursor",
+                    "Invalid cursor: pass back the nextCursor of the previous page unchanged",
+                ),
+            )]),
+            other => ErrorKind::Internal(Box::new(other)),
+        };
+        ApiError::new(kind)
+    }
+}
+
 impl ApiError {
     pub fn new(kind: ErrorKind) -> ApiError {
         ApiError { kind }
@@ -201,32 +230,6 @@ impl ApiError {
 
     pub fn internal(source: impl std::error::Error + Send + Sync + 'static) -> ApiError {
         ApiError::new(ErrorKind::Internal(Box::new(source)))
-    }
-
-    /// Maps a storage failure; callers handle `NotFound` themselves when the
-    /// resource deserves a specific message.
-    pub fn storage(e: StorageError) -> ApiError {
-        let kind = match e {
-            StorageError::NotFound => ErrorKind::NotFound(Text::new("记录不存在", "Not found")),
-            StorageError::StaleVersion { current } => ErrorKind::StaleVersion { current },
-            StorageError::NameTaken => ErrorKind::NameTaken(Text::new(
-                "任务名称已被使用：请换一个名称",
-                "The job name is already taken: choose another name",
-            )),
-            StorageError::AlreadyExists => {
-                ErrorKind::Conflict(Text::new("记录已存在", "It already exists"))
-            }
-            // Every list that pages by cursor calls the parameter `cursor`.
-            StorageError::InvalidCursor => ErrorKind::Validation(vec![ProblemFieldText::new(
-                "cursor",
-                Text::new(
-                    "cursor 无效：请原样传回上一页返回的 nextCursor",
-                    "Invalid cursor: pass back the nextCursor of the previous page unchanged",
-                ),
-            )]),
-            other => ErrorKind::Internal(Box::new(other)),
-        };
-        ApiError::new(kind)
     }
 
     fn status_and_kind(&self) -> (StatusCode, &'static str) {

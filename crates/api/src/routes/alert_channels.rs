@@ -188,12 +188,7 @@ pub async fn list_alert_channels(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let items = state
-        .store
-        .alert_channels()
-        .list()
-        .await
-        .map_err(ApiError::storage)?;
+    let items = state.store.alert_channels().list().await?;
     let items: Vec<AlertChannelDto> = items.into_iter().map(AlertChannelDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -233,7 +228,7 @@ pub async fn create_alert_channel(
         .await
         .map_err(|e| match e {
             StorageError::NameTaken => name_taken(&spec.name),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     audit::record(
         &state,
@@ -284,8 +279,7 @@ pub async fn get_alert_channel(
         .store
         .alert_channels()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(id))?;
     Ok(HttpResponse::Ok().json(AlertChannelDto::from(channel)))
 }
@@ -324,8 +318,7 @@ pub async fn update_alert_channel(
         .store
         .alert_channels()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(id))?;
     // Absent fields keep their value: the body goes over the stored ones.
     let mut input = Map::new();
@@ -352,7 +345,7 @@ pub async fn update_alert_channel(
         .map_err(|e| match e {
             StorageError::NotFound => not_found(id),
             StorageError::NameTaken => name_taken(&spec.name),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     audit::record(
         &state,
@@ -393,7 +386,7 @@ pub async fn delete_alert_channel(
     who.require_super_admin()?;
     let id = id.into_inner().0;
     let repo = state.store.alert_channels();
-    let users = repo.jobs_naming(id).await.map_err(ApiError::storage)?;
+    let users = repo.jobs_naming(id).await?;
     if !users.is_empty() {
         let list = users
             .iter()
@@ -412,11 +405,7 @@ pub async fn delete_alert_channel(
             ),
         ))));
     }
-    let deleted = repo
-        .delete(id)
-        .await
-        .map_err(ApiError::storage)?
-        .ok_or_else(|| not_found(id))?;
+    let deleted = repo.delete(id).await?.ok_or_else(|| not_found(id))?;
     audit::record(
         &state,
         &who,

@@ -110,12 +110,7 @@ pub async fn list_api_keys(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
-    let keys = state
-        .store
-        .api_keys()
-        .list()
-        .await
-        .map_err(ApiError::storage)?;
+    let keys = state.store.api_keys().list().await?;
     let items: Vec<ApiKeyDto> = keys.into_iter().map(ApiKeyDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -246,8 +241,7 @@ pub async fn create_api_key(
         .store
         .api_keys()
         .create(&name, &perms, &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     audit::record(
         &state,
         &who,
@@ -307,7 +301,7 @@ pub async fn revoke_api_key(
                 format!("API 密钥 {id} 不存在"),
                 format!("API key {id} does not exist"),
             ),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     // A second revoke changes nothing, so it writes no audit entry.
     if newly {

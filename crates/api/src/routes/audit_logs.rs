@@ -47,14 +47,8 @@ pub async fn list_audit_logs(
     let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| AuditCursor::decode(&c))
-        .transpose()
-        .map_err(ApiError::storage)?;
-    let (items, next) = state
-        .store
-        .audit()
-        .list(&filter, limit, cursor)
-        .await
-        .map_err(ApiError::storage)?;
+        .transpose()?;
+    let (items, next) = state.store.audit().list(&filter, limit, cursor).await?;
     Ok(HttpResponse::Ok().json(AuditPage {
         items: items.into_iter().map(|a| AuditDto::new(a, lang)).collect(),
         next_cursor: next.map(|c| c.encode()),

@@ -205,20 +205,14 @@ pub async fn create_backfill(
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| ApiError::job_not_found(id))?;
     let cron = CronExpr::parse(&job.cron).map_err(ApiError::internal)?;
     let tz = job_zone(&state, &job);
     let schedule = job_schedule(&state, &job, cron, tz)
         .await?
         .map_err(|why| ApiError::new(ErrorKind::Conflict(why)))?;
-    let covered = state
-        .store
-        .backfills()
-        .covered(id, from, to)
-        .await
-        .map_err(ApiError::storage)?;
+    let covered = state.store.backfills().covered(id, from, to).await?;
     let owned = job.enabled.then_some(job.schedule_from);
     let max = u32::try_from(max_fires).unwrap_or(MAX_FIRES);
     let planned =
@@ -243,8 +237,7 @@ pub async fn create_backfill(
         .store
         .backfills()
         .create(id, from, to, &missing, &who.actor(), now)
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     let backfill_id = created.record.id;
     // The first fire is released here; each next one when its
     // predecessor ends (or at an instance's pending poll).
@@ -252,8 +245,7 @@ pub async fn create_backfill(
         .store
         .backfills()
         .advance(backfill_id, None, &|_, _| true, now)
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     if let Some(fire) = first {
         state.changes.fire_queued(fire);
     }
@@ -327,10 +319,9 @@ pub async fn get_backfill(
     let repo = state.store.backfills();
     let record = repo
         .get(job_id, id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(job_id, id))?;
-    let fires = repo.fires(id).await.map_err(ApiError::storage)?;
+    let fires = repo.fires(id).await?;
     Ok(HttpResponse::Ok().json(BackfillDto::new(record, fires)))
 }
 
@@ -362,8 +353,7 @@ pub async fn cancel_backfill(
     let repo = state.store.backfills();
     let cancelled = repo
         .cancel(job_id, id, &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(job_id, id))?;
     for run in &cancelled.runs {
         state.changes.run_cancel_requested(*run);
@@ -390,7 +380,7 @@ pub async fn cancel_backfill(
         .await;
         tracing::info!(job = job_id, backfill = id, dropped = cancelled.dropped, actor = %who.sub, "backfill cancelled");
     }
-    let fires = repo.fires(id).await.map_err(ApiError::storage)?;
+    let fires = repo.fires(id).await?;
     Ok(HttpResponse::Accepted().json(BackfillDto::new(cancelled.record, fires)))
 }
 

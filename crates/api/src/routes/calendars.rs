@@ -101,19 +101,10 @@ pub async fn find_calendar(
     if !user::valid_code(code) {
         return Ok(None);
     }
-    let Some(record) = state
-        .store
-        .calendars()
-        .get(code)
-        .await
-        .map_err(ApiError::storage)?
-    else {
+    let Some(record) = state.store.calendars().get(code).await? else {
         return Ok(None);
     };
-    record
-        .to_calendar()
-        .map(|c| Some(Arc::new(c)))
-        .map_err(ApiError::storage)
+    Ok(Some(Arc::new(record.to_calendar()?)))
 }
 
 /// Every calendar code a job may name: the built-in ones, then the stored.
@@ -122,14 +113,7 @@ pub async fn calendar_codes(state: &AppState) -> Result<Vec<String>, ApiError> {
         .iter()
         .map(|c| c.to_string())
         .collect();
-    codes.extend(
-        state
-            .store
-            .calendars()
-            .codes()
-            .await
-            .map_err(ApiError::storage)?,
-    );
+    codes.extend(state.store.calendars().codes().await?);
     Ok(codes)
 }
 
@@ -167,8 +151,7 @@ pub async fn list_calendars(
             .store
             .calendars()
             .list()
-            .await
-            .map_err(ApiError::storage)?
+            .await?
             .into_iter()
             .map(CalendarSummaryDto::user),
     );
@@ -208,8 +191,7 @@ pub async fn get_calendar(
         .store
         .calendars()
         .get(&code)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(&code))?;
     Ok(HttpResponse::Ok().json(CalendarDto::user(record)))
 }
@@ -261,7 +243,7 @@ pub async fn create_calendar(
                 format!("日历 {} 已存在", spec.code),
                 format!("Calendar {} already exists", spec.code),
             ))),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     let dto = CalendarDto::user(created);
     audit::record(
@@ -343,7 +325,7 @@ pub async fn update_calendar(
         .await
         .map_err(|e| match e {
             StorageError::NotFound => not_found(&code),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     // The jobs naming it start a new schedule with the new dates.
     for id in jobs {
@@ -403,7 +385,7 @@ pub async fn delete_calendar(
         .await
         .map_err(|e| match e {
             StorageError::InUse(jobs) => in_use(&code, &jobs),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?
         .ok_or_else(|| not_found(&code))?;
     let dto = CalendarDto::user(deleted);

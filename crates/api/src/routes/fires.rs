@@ -130,8 +130,7 @@ pub async fn run_once(
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| ApiError::job_not_found(id))?;
     let idem = key.as_deref().map(|key| IdempotencyKey {
         caller: &who.sub,
@@ -140,12 +139,7 @@ pub async fn run_once(
     });
     // A repeated key answers its fire, whatever the queue holds now.
     if let Some(idem) = &idem
-        && let Some(found) = state
-            .store
-            .fires()
-            .keyed(idem, now)
-            .await
-            .map_err(ApiError::storage)?
+        && let Some(found) = state.store.fires().keyed(idem, now).await?
     {
         return replayed(lang, id, found);
     }
@@ -153,12 +147,7 @@ pub async fn run_once(
     // Bound the queue: each pending fire becomes a task when an instance
     // takes it. Counting first lets a few concurrent requests pass the
     // bound together, which is harmless; an unbounded queue is not.
-    let pending = state
-        .store
-        .fires()
-        .pending_count(job.id)
-        .await
-        .map_err(ApiError::storage)?;
+    let pending = state.store.fires().pending_count(job.id).await?;
     if pending >= state.max_pending_run_once {
         let limit = state.max_pending_run_once;
         return Err(ApiError::new(ErrorKind::TooManyRequests {
@@ -188,12 +177,9 @@ pub async fn run_once(
             Ok(ManualQueued::Created(fire_id)) => fire_id,
             // A concurrent request with the key won.
             Ok(ManualQueued::Existing(found)) => return replayed(lang, id, found),
-            Err(e) => return Err(ApiError::storage(e)),
+            Err(e) => return Err(e.into()),
         },
-        None => fires
-            .create_manual_request(&request)
-            .await
-            .map_err(ApiError::storage)?,
+        None => fires.create_manual_request(&request).await?,
     };
     state.changes.fire_queued(fire_id);
     tracing::info!(job = id, fire = fire_id, actor = %who.sub, "run once queued");

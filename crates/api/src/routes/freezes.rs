@@ -204,22 +204,15 @@ fn audit_json(f: &FreezeRecord) -> Option<Value> {
 async fn check_scope(state: &AppState, spec: &FreezeSpec) -> Result<(), ApiError> {
     let missing = match &spec.scope {
         FreezeScope::All => None,
-        FreezeScope::Group(code) => state
-            .store
-            .groups()
-            .get(code)
-            .await
-            .map_err(ApiError::storage)?
-            .is_none()
-            .then(|| {
-                (
-                    "group",
-                    Text::new(
-                        format!("分组 {code} 不存在"),
-                        format!("Group {code} does not exist"),
-                    ),
-                )
-            }),
+        FreezeScope::Group(code) => state.store.groups().get(code).await?.is_none().then(|| {
+            (
+                "group",
+                Text::new(
+                    format!("分组 {code} 不存在"),
+                    format!("Group {code} does not exist"),
+                ),
+            )
+        }),
         FreezeScope::Handler(name) => (!state.catalog.contains(name)).then(|| {
             (
                 "handler",
@@ -230,12 +223,7 @@ async fn check_scope(state: &AppState, spec: &FreezeSpec) -> Result<(), ApiError
             )
         }),
         FreezeScope::JobIds(ids) => {
-            let found = state
-                .store
-                .jobs()
-                .get_many(ids)
-                .await
-                .map_err(ApiError::storage)?;
+            let found = state.store.jobs().get_many(ids).await?;
             let unknown: Vec<String> = ids
                 .iter()
                 .filter(|id| !found.contains_key(id))
@@ -275,8 +263,7 @@ pub(crate) async fn refuse_if_frozen(
         .store
         .freezes()
         .ending_after(now)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .into_iter()
         .map(|r| r.to_freeze())
         .collect::<Vec<_>>();
@@ -320,12 +307,7 @@ pub async fn list_freezes(
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let now = Utc::now();
-    let items = state
-        .store
-        .freezes()
-        .list()
-        .await
-        .map_err(ApiError::storage)?;
+    let items = state.store.freezes().list().await?;
     let items: Vec<FreezeDto> = items.into_iter().map(|f| FreezeDto::new(f, now)).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -362,8 +344,7 @@ pub async fn create_freeze(
         .store
         .freezes()
         .create(&spec, &who.actor(), now)
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     state.changes.freezes_changed(created.id);
     audit::record(
         &state,
@@ -407,8 +388,7 @@ pub async fn get_freeze(
         .store
         .freezes()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| not_found(id))?;
     Ok(HttpResponse::Ok().json(FreezeDto::new(found, Utc::now())))
 }
@@ -463,8 +443,7 @@ pub async fn update_freeze(
         .store
         .freezes()
         .update(id, version, &spec, &who.actor(), now)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .map_err(|refusal| refused(id, refusal))?;
     state.changes.freezes_changed(id);
     audit::record(
@@ -509,8 +488,7 @@ pub async fn delete_freeze(
         .store
         .freezes()
         .delete(id, Utc::now())
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .map_err(|refusal| refused(id, refusal))?;
     state.changes.freezes_changed(id);
     audit::record(

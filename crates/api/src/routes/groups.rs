@@ -25,12 +25,7 @@ pub async fn list_groups(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskBrowse])?;
-    let groups = state
-        .store
-        .groups()
-        .list()
-        .await
-        .map_err(ApiError::storage)?;
+    let groups = state.store.groups().list().await?;
     let items: Vec<GroupDto> = groups
         .into_iter()
         .map(|g| GroupDto::new(g, who.lang))
@@ -119,7 +114,7 @@ pub async fn create_group(
                     format!("Job group {code} already exists"),
                 )))
             }
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     Ok(HttpResponse::Created().json(GroupDto::new(created, lang)))
 }
@@ -147,38 +142,25 @@ pub async fn delete_group(
     who.require_super_admin()?;
     let code = code.into_inner();
     let store = &state.store;
-    let group = store
-        .groups()
-        .get(&code)
-        .await
-        .map_err(ApiError::storage)?
-        .ok_or_else(|| {
-            ApiError::not_found(
-                format!("分组 {code} 不存在"),
-                format!("Job group {code} does not exist"),
-            )
-        })?;
+    let group = store.groups().get(&code).await?.ok_or_else(|| {
+        ApiError::not_found(
+            format!("分组 {code} 不存在"),
+            format!("Job group {code} does not exist"),
+        )
+    })?;
     if group.builtin {
         return Err(ApiError::new(ErrorKind::Conflict(Text::new(
             format!("分组 {code} 是内置分组，不能删除"),
             format!("Job group {code} is built in and cannot be deleted"),
         ))));
     }
-    let used = store
-        .jobs()
-        .count_in_group(&code)
-        .await
-        .map_err(ApiError::storage)?;
+    let used = store.jobs().count_in_group(&code).await?;
     if used > 0 {
         return Err(ApiError::new(ErrorKind::Conflict(Text::new(
             format!("还有 {used} 个任务属于分组 {code}：请先移走这些任务"),
             format!("{used} jobs still belong to group {code}: move them first"),
         ))));
     }
-    store
-        .groups()
-        .delete(&code)
-        .await
-        .map_err(ApiError::storage)?;
+    store.groups().delete(&code).await?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -47,18 +47,12 @@ pub async fn export_jobs(
         handler: query::text(q.handler),
         enabled: query::boolean("enabled", q.enabled)?,
     };
-    let (jobs, total) = state
-        .store
-        .jobs()
-        .list(&filter, 1, MAX_EXPORT_ROWS)
-        .await
-        .map_err(ApiError::storage)?;
+    let (jobs, total) = state.store.jobs().list(&filter, 1, MAX_EXPORT_ROWS).await?;
     let labels: HashMap<String, String> = state
         .store
         .groups()
         .list()
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .into_iter()
         .map(|g| (g.code, lang.pick(g.label_zh, g.label_en)))
         .collect();

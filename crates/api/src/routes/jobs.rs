@@ -55,12 +55,7 @@ pub async fn list_jobs(
         handler: query::text(q.handler),
         enabled: query::boolean("enabled", q.enabled)?,
     };
-    let (items, total) = state
-        .store
-        .jobs()
-        .list(&filter, page, page_size)
-        .await
-        .map_err(ApiError::storage)?;
+    let (items, total) = state.store.jobs().list(&filter, page, page_size).await?;
     Ok(HttpResponse::Ok().json(JobPage {
         items: items.into_iter().map(|j| JobDto::new(j, lang)).collect(),
         total,
@@ -105,17 +100,11 @@ async fn check(
         .store
         .groups()
         .list()
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .into_iter()
         .map(|g| g.code)
         .collect();
-    let channels = state
-        .store
-        .alert_channels()
-        .ids()
-        .await
-        .map_err(ApiError::storage)?;
+    let channels = state.store.alert_channels().ids().await?;
     let calendars = calendar_codes(state).await?;
     let spec = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars);
     let policy = alert::read_policy(input, &channels);
@@ -229,8 +218,7 @@ pub async fn create_job(
         .store
         .jobs()
         .create(&to_new_job(checked, None), &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     state.changes.job_changed(created.id);
     audit::record(
         &state,
@@ -254,8 +242,7 @@ async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| ApiError::job_not_found(id))
 }
 
@@ -379,8 +366,7 @@ pub async fn get_job(
             .store
             .runs()
             .recent_for_job(job.id, RECENT_RUNS)
-            .await
-            .map_err(ApiError::storage)?;
+            .await?;
         Some(runs.into_iter().map(RecentRunDto::new).collect())
     } else {
         None
@@ -466,7 +452,7 @@ pub async fn update_job(
         .await
         .map_err(|e| match e {
             StorageError::NotFound => ApiError::job_not_found(id),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
     audit::record(
@@ -716,7 +702,7 @@ pub async fn set_enabled(
         .await
         .map_err(|e| match e {
             StorageError::NotFound => ApiError::job_not_found(id),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
     // Setting the state it already had changes nothing (same version).
@@ -752,12 +738,7 @@ pub async fn batch_enabled(
     let selection = match &target {
         BatchTarget::Ids(ids) => JobSelection::Ids(ids),
         BatchTarget::Group(code) => {
-            let known = state
-                .store
-                .groups()
-                .get(code)
-                .await
-                .map_err(ApiError::storage)?;
+            let known = state.store.groups().get(code).await?;
             if known.is_none() {
                 let problem = job::FieldError {
                     field: "group".into(),
@@ -772,8 +753,7 @@ pub async fn batch_enabled(
         .store
         .jobs()
         .pause_many(selection, &request, &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     for outcome in &batch.changed {
         state.changes.job_changed(outcome.after.id);
     }
@@ -837,12 +817,7 @@ pub async fn delete_job(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
     let id = id.into_inner().0;
-    let deleted = state
-        .store
-        .jobs()
-        .delete(id)
-        .await
-        .map_err(ApiError::storage)?;
+    let deleted = state.store.jobs().delete(id).await?;
     let Some(deleted) = deleted else {
         return Err(ApiError::job_not_found(id));
     };
@@ -873,12 +848,7 @@ pub async fn batch_delete(
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::TaskRemove])?;
     let ids = IdList::read(body.into_inner())?;
-    let deleted = state
-        .store
-        .jobs()
-        .delete_many(&ids)
-        .await
-        .map_err(ApiError::storage)?;
+    let deleted = state.store.jobs().delete_many(&ids).await?;
     for job in &deleted {
         state.changes.job_changed(job.id);
     }

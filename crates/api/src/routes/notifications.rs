@@ -47,14 +47,8 @@ pub async fn list_notifications(
         })?),
     };
     let inbox = state.store.notifications();
-    let page = inbox
-        .list(SUPER_ADMINS, unread, limit, cursor)
-        .await
-        .map_err(ApiError::storage)?;
-    let unread_count = inbox
-        .count_unread(SUPER_ADMINS)
-        .await
-        .map_err(ApiError::storage)?;
+    let page = inbox.list(SUPER_ADMINS, unread, limit, cursor).await?;
+    let unread_count = inbox.count_unread(SUPER_ADMINS).await?;
     Ok(HttpResponse::Ok().json(NotificationPage {
         items: page.items.into_iter().map(NotificationDto::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -87,8 +81,7 @@ pub async fn read_notification(
         .store
         .notifications()
         .mark_read(SUPER_ADMINS, id, Utc::now())
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| {
             ApiError::not_found(
                 format!("通知 {id} 不存在"),
@@ -119,7 +112,6 @@ pub async fn read_all_notifications(
         .store
         .notifications()
         .mark_all_read(SUPER_ADMINS, Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     Ok(HttpResponse::Ok().json(ReadAllDto { count }))
 }

@@ -102,14 +102,8 @@ pub async fn list_runs(
     let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| RunCursor::decode(&c))
-        .transpose()
-        .map_err(ApiError::storage)?;
-    let (items, next) = state
-        .store
-        .runs()
-        .list(&filter, limit, cursor)
-        .await
-        .map_err(ApiError::storage)?;
+        .transpose()?;
+    let (items, next) = state.store.runs().list(&filter, limit, cursor).await?;
     Ok(HttpResponse::Ok().json(RunPage {
         items: items.into_iter().map(RunSummaryDto::new).collect(),
         next_cursor: next.map(|c| c.encode()),
@@ -154,8 +148,7 @@ pub async fn export_runs(
         .store
         .runs()
         .export(&filter, MAX_EXPORT_ROWS + 1)
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     let truncated = rows.len() as u64 > MAX_EXPORT_ROWS;
     rows.truncate(MAX_EXPORT_ROWS as usize);
     let count = rows.len();
@@ -211,15 +204,9 @@ pub async fn get_run(
         .store
         .runs()
         .get(id)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| run_not_found(id))?;
-    let started_by = state
-        .store
-        .fires()
-        .started_by(run.fire_id)
-        .await
-        .map_err(ApiError::storage)?;
+    let started_by = state.store.fires().started_by(run.fire_id).await?;
     let mut detail = RunDetailDto::new(run);
     detail.started_by = started_by;
     Ok(HttpResponse::Ok().json(detail))
@@ -257,8 +244,7 @@ pub async fn cancel_run(
         .store
         .runs()
         .request_cancel(id, &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     let (run, first) = match asked {
         CancelRequest::Requested { run, first } => (run, first),
         CancelRequest::NotFound => return Err(run_not_found(id)),
@@ -324,15 +310,8 @@ pub async fn delete_run(
     let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
-    let run = runs
-        .get(id)
-        .await
-        .map_err(ApiError::storage)?
-        .ok_or_else(|| run_not_found(id))?;
-    let deleted = runs
-        .soft_delete(id, Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+    let run = runs.get(id).await?.ok_or_else(|| run_not_found(id))?;
+    let deleted = runs.soft_delete(id, Utc::now()).await?;
     if !deleted {
         // Someone else deleted it in between.
         return Err(run_not_found(id));
@@ -381,8 +360,7 @@ pub async fn batch_delete_runs(
         .store
         .runs()
         .soft_delete_many(&ids, Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     if deleted > 0 {
         audit::record(
             &state,
@@ -417,12 +395,7 @@ pub async fn clear_runs(
     who: Principal,
 ) -> Result<HttpResponse, ApiError> {
     who.require(&[Permission::RunRemove])?;
-    let cleared = state
-        .store
-        .runs()
-        .clear(Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+    let cleared = state.store.runs().clear(Utc::now()).await?;
     // Like the other deletes, an entry only when something was deleted.
     if cleared > 0 {
         audit::record(

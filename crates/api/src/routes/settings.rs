@@ -29,12 +29,7 @@ pub async fn list_settings(
 ) -> Result<HttpResponse, ApiError> {
     who.require_super_admin()?;
     let lang = who.lang;
-    let mut stored = state
-        .store
-        .settings()
-        .list()
-        .await
-        .map_err(ApiError::storage)?;
+    let mut stored = state.store.settings().list().await?;
     let items: Vec<SettingDto> = SETTINGS
         .iter()
         .map(|def| {
@@ -101,8 +96,7 @@ pub async fn update_setting(
         .store
         .settings()
         .set(def.key, &value, &who.actor(), Utc::now())
-        .await
-        .map_err(ApiError::storage)?;
+        .await?;
     if change.changed {
         tracing::info!(key = def.key, actor = %who.sub, "setting changed");
     }

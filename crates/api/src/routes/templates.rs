@@ -42,8 +42,7 @@ pub async fn list_templates(
         .store
         .templates()
         .list()
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .into_iter()
         .map(|t| TemplateDto::new(t, lang))
         .collect();
@@ -76,8 +75,7 @@ pub async fn get_template(
         .store
         .templates()
         .get(&code)
-        .await
-        .map_err(ApiError::storage)?
+        .await?
         .ok_or_else(|| template_not_found(&code))?;
     Ok(HttpResponse::Ok().json(TemplateDto::new(template, lang)))
 }
@@ -148,7 +146,7 @@ pub async fn update_template(
         .await
         .map_err(|e| match e {
             StorageError::NotFound => template_not_found(&code),
-            other => ApiError::storage(other),
+            other => ApiError::from(other),
         })?;
     tracing::info!(template = %code, actor = %who.sub, "notification template changed");
     Ok(HttpResponse::Ok().json(TemplateDto::new(updated, lang)))
