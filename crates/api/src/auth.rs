@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 use std::future::{Future, Ready, ready};
+use std::marker::PhantomData;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -268,6 +270,116 @@ impl FromRequest for Principal {
             )),
             Ok(token) => PrincipalFuture::Ready(ready(jwt_principal(state, token, lang))),
             Err(e) => PrincipalFuture::Ready(ready(Err(e))),
+        }
+    }
+}
+
+/// What a route needs of its caller, checked when the caller is extracted
+/// ([`Need`]): one permission (`perm::TaskView`), two
+/// (`(perm::TaskModify, perm::TaskView)`, both needed, the 403 naming every
+/// one missing), or `perm::SuperAdmin`.
+pub trait Requirement {
+    /// Ok, or the 403 naming what is missing.
+    fn check(who: &Principal) -> Result<(), ApiError>;
+}
+
+/// A single permission as a type.
+pub trait Perm {
+    const PERMISSION: Permission;
+}
+
+/// The permissions and the super-admin role as types, for [`Need`].
+pub mod perm {
+    use super::{ApiError, Perm, Permission, Principal, Requirement};
+
+    macro_rules! markers {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[doc = concat!("The permission `Permission::", stringify!($name), "`.")]
+                pub struct $name;
+
+                impl Perm for $name {
+                    const PERMISSION: Permission = Permission::$name;
+                }
+
+                impl Requirement for $name {
+                    fn check(who: &Principal) -> Result<(), ApiError> {
+                        who.require(&[Permission::$name])
+                    }
+                }
+            )*
+        };
+    }
+
+    markers!(
+        TaskBrowse, TaskView, TaskCreate, TaskModify, TaskRemove, TaskExport, TaskRun, RunBrowse,
+        RunView, RunExport, RunRemove,
+    );
+
+    /// Super admins only (settings, templates, the inbox, the audit log,
+    /// API keys, groups, alert channels, calendars and freezes).
+    pub struct SuperAdmin;
+
+    impl Requirement for SuperAdmin {
+        fn check(who: &Principal) -> Result<(), ApiError> {
+            who.require_super_admin()
+        }
+    }
+
+    impl<A: Perm, B: Perm> Requirement for (A, B) {
+        fn check(who: &Principal) -> Result<(), ApiError> {
+            who.require(&[A::PERMISSION, B::PERMISSION])
+        }
+    }
+}
+
+/// The caller of a route that needs `R`: a 401 without a valid token or
+/// key, a 403 when the caller lacks `R`, so the route's permission is in
+/// its signature (`who: Need<perm::TaskRun>`). Derefs to the [`Principal`].
+pub struct Need<R> {
+    who: Principal,
+    needs: PhantomData<fn() -> R>,
+}
+
+impl<R> Deref for Need<R> {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.who
+    }
+}
+
+/// The caller, then the check of `R`; as ready as [`PrincipalFuture`].
+pub struct NeedFuture<R> {
+    principal: PrincipalFuture,
+    needs: PhantomData<fn() -> R>,
+}
+
+impl<R: Requirement> Future for NeedFuture<R> {
+    type Output = Result<Need<R>, ApiError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().principal)
+            .poll(cx)
+            .map(|principal| {
+                let who = principal?;
+                R::check(&who)?;
+                Ok(Need {
+                    who,
+                    needs: PhantomData,
+                })
+            })
+    }
+}
+
+impl<R: Requirement> FromRequest for Need<R> {
+    type Error = ApiError;
+    type Future = NeedFuture<R>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        NeedFuture {
+            principal: Principal::from_request(req, payload),
+            needs: PhantomData,
         }
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
@@ -185,9 +185,8 @@ fn audit_json(c: &ChannelRecord) -> Option<Value> {
 #[get("/api/alert-channels")]
 pub async fn list_alert_channels(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let items = state.store.alert_channels().list().await?;
     let items: Vec<AlertChannelDto> = items.into_iter().map(AlertChannelDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
@@ -214,10 +213,9 @@ pub async fn list_alert_channels(
 #[post("/api/alert-channels")]
 pub async fn create_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let body = body_object(body.into_inner())?;
     let spec =
         alert::validate_channel(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
@@ -270,10 +268,9 @@ pub async fn create_alert_channel(
 #[get("/api/alert-channels/{id}")]
 pub async fn get_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let channel = state
         .store
@@ -307,11 +304,10 @@ pub async fn get_alert_channel(
 #[put("/api/alert-channels/{id}")]
 pub async fn update_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let body = body_object(body.into_inner())?;
     let current = state
@@ -380,10 +376,9 @@ pub async fn update_alert_channel(
 #[delete("/api/alert-channels/{id}")]
 pub async fn delete_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let repo = state.store.alert_channels();
     let users = repo.jobs_naming(id).await?;

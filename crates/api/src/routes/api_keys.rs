@@ -10,7 +10,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, Permission, perm};
 use crate::error::{ApiError, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::state::AppState;
@@ -107,9 +107,8 @@ fn audit_json(key: &ApiKeyRecord) -> Option<Value> {
 #[get("/api/api-keys")]
 pub async fn list_api_keys(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let keys = state.store.api_keys().list().await?;
     let items: Vec<ApiKeyDto> = keys.into_iter().map(ApiKeyDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
@@ -231,10 +230,9 @@ fn validate_perms(value: Option<Value>, errors: &mut Vec<ProblemFieldText>) -> V
 #[post("/api/api-keys")]
 pub async fn create_api_key(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let (name, perms) = validate(body.into_inner())?;
     let (created, key) = state
@@ -286,10 +284,9 @@ pub async fn create_api_key(
 #[delete("/api/api-keys/{id}")]
 pub async fn revoke_api_key(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let (revoked, newly) = state
         .store

@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, get, web};
 use qiwu_storage::{AuditCursor, AuditFilter};
 
 use crate::audit::{Action, Target};
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::dto::{AuditDto, AuditPage, AuditQuery};
 use crate::error::{ApiError, Problem};
 use crate::query;
@@ -27,10 +27,9 @@ use crate::state::AppState;
 #[get("/api/audit-logs")]
 pub async fn list_audit_logs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     query: web::Query<AuditQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let q = query.into_inner();
     let actions: Vec<&str> = Action::ALL.iter().map(|a| a.code()).collect();

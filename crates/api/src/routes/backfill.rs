@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::body::Fields;
 use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
 use crate::query::Id;
@@ -175,11 +175,10 @@ const FIELDS: &[&str] = &["from", "to", "dryRun", "maxFires"];
 #[post("/api/jobs/{id}/backfill")]
 pub async fn create_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let now = Utc::now();
@@ -311,10 +310,9 @@ pub async fn create_backfill(
 #[get("/api/jobs/{id}/backfill/{backfillId}")]
 pub async fn get_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::TaskRun>,
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let record = repo
@@ -345,10 +343,9 @@ pub async fn get_backfill(
 #[post("/api/jobs/{id}/backfill/{backfillId}/cancel")]
 pub async fn cancel_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let cancelled = repo

@@ -12,7 +12,7 @@ use qiwu_storage::StorageError;
 use serde_json::{Map, Value};
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::calendar_dto::{CalendarCreate, CalendarDto, CalendarSummaryDto, CalendarUpdate};
 use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
 use crate::query::MAX_SAFE_INTEGER;
@@ -137,9 +137,8 @@ fn calendar_json(dto: &CalendarDto) -> Option<Value> {
 #[get("/api/calendars")]
 pub async fn list_calendars(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let mut items: Vec<CalendarSummaryDto> = builtin::BUILTIN_CODES
         .iter()
@@ -175,10 +174,9 @@ pub async fn list_calendars(
 #[get("/api/calendars/{code}")]
 pub async fn get_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let code = code.into_inner();
     if let Some(cal) = builtin::find(&code) {
@@ -227,10 +225,9 @@ pub async fn get_calendar(
 #[post("/api/calendars")]
 pub async fn create_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let body = body_object(body.into_inner())?;
     let spec = user::validate(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
     let created = state
@@ -294,11 +291,10 @@ pub async fn create_calendar(
 #[put("/api/calendars/{code}")]
 pub async fn update_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
         return Err(read_only(&code));
@@ -365,10 +361,9 @@ pub async fn update_calendar(
 #[delete("/api/calendars/{code}")]
 pub async fn delete_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
         return Err(read_only(&code));

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::body::Fields;
 use crate::error::{ApiError, ErrorKind, MAX_BODY_BYTES, Problem, ProblemFieldText, Text};
 
@@ -115,12 +115,11 @@ pub struct RunOnceAccepted {
 #[post("/api/jobs/{id}/run")]
 pub async fn run_once(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let key = idempotency_key(&req)?;

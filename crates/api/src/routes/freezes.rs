@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
@@ -303,9 +303,8 @@ pub(crate) async fn refuse_if_frozen(
 #[get("/api/freezes")]
 pub async fn list_freezes(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let now = Utc::now();
     let items = state.store.freezes().list().await?;
     let items: Vec<FreezeDto> = items.into_iter().map(|f| FreezeDto::new(f, now)).collect();
@@ -332,10 +331,9 @@ pub async fn list_freezes(
 #[post("/api/freezes")]
 pub async fn create_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let now = Utc::now();
     let body = body_object(body.into_inner())?;
     let spec = freeze::validate(&body, now).map_err(|e| ApiError::validation(field_errors(&e)))?;
@@ -379,10 +377,9 @@ pub async fn create_freeze(
 #[get("/api/freezes/{id}")]
 pub async fn get_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let found = state
         .store
@@ -416,11 +413,10 @@ pub async fn get_freeze(
 #[put("/api/freezes/{id}")]
 pub async fn update_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let now = Utc::now();
     let body = body_object(body.into_inner())?;
@@ -479,10 +475,9 @@ pub async fn update_freeze(
 #[delete("/api/freezes/{id}")]
 pub async fn delete_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let deleted = state
         .store

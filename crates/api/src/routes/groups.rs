@@ -3,7 +3,7 @@
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::Utc;
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{GroupCreate, GroupDto};
 use crate::error::{ApiError, ErrorKind, Problem, Text};
 use crate::state::AppState;
@@ -22,9 +22,8 @@ use crate::state::AppState;
 #[get("/api/job-groups")]
 pub async fn list_groups(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let groups = state.store.groups().list().await?;
     let items: Vec<GroupDto> = groups
         .into_iter()
@@ -57,10 +56,9 @@ fn valid_code(code: &str) -> bool {
 #[post("/api/job-groups")]
 pub async fn create_group(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let body = GroupCreate::read(body.into_inner())?;
     let code = body.code.trim();
@@ -136,10 +134,9 @@ pub async fn create_group(
 #[delete("/api/job-groups/{code}")]
 pub async fn delete_group(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let code = code.into_inner();
     let store = &state.store;
     let group = store.groups().get(&code).await?.ok_or_else(|| {

@@ -9,7 +9,7 @@ use qiwu_storage::JobFilter;
 use serde_json::json;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{JobExportQuery, XlsxFile};
 use crate::error::{ApiError, Problem};
 use crate::export::{self, JobRow, MAX_EXPORT_ROWS};
@@ -35,10 +35,9 @@ use crate::state::AppState;
 #[get("/api/jobs/export")]
 pub async fn export_jobs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskExport>,
     query: web::Query<JobExportQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskExport])?;
     let lang = who.lang;
     let q = query.into_inner();
     let filter = JobFilter {

@@ -11,7 +11,7 @@ use qiwu_storage::{EnabledOutcome, JobFilter, JobRecord, JobSelection, NewJob, S
 use serde_json::{Map, Value, json};
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, Permission, perm};
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
     BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
@@ -41,10 +41,9 @@ const RECENT_RUNS: u64 = 10;
 #[get("/api/jobs")]
 pub async fn list_jobs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
     query: web::Query<JobQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let q = query.into_inner();
     let page = query::page(q.page)?;
@@ -203,10 +202,9 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
 #[post("/api/jobs")]
 pub async fn create_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskCreate>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskCreate])?;
     let lang = who.lang;
     let body = body_object(body.into_inner())?;
     let mut input = job::defaults();
@@ -298,10 +296,9 @@ pub(crate) async fn job_schedule(
 #[get("/api/jobs/{id}")]
 pub async fn get_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskView>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskView])?;
     let lang = who.lang;
     let job = load(&state, id.into_inner().0).await?;
     let tz = job_zone(&state, &job);
@@ -404,11 +401,10 @@ pub async fn get_job(
 #[put("/api/jobs/{id}")]
 pub async fn update_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<(perm::TaskModify, perm::TaskView)>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let body = body_object(body.into_inner())?;
@@ -531,11 +527,10 @@ fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Ma
 #[post("/api/jobs/{id}/preview-change")]
 pub async fn preview_change(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<(perm::TaskModify, perm::TaskView)>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let body = body_object(body.into_inner())?;
@@ -687,11 +682,10 @@ fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
 #[put("/api/jobs/{id}/enabled")]
 pub async fn set_enabled(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskModify>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let body = EnabledWrite::read(body.into_inner(), Utc::now())?;
@@ -730,10 +724,9 @@ pub async fn set_enabled(
 #[post("/api/jobs/batch-enabled")]
 pub async fn batch_enabled(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskModify>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify])?;
     let (target, request) = BatchEnabledWrite::read(body.into_inner(), Utc::now())?;
     let selection = match &target {
         BatchTarget::Ids(ids) => JobSelection::Ids(ids),
@@ -812,10 +805,9 @@ fn enabled_entry(outcome: &EnabledOutcome) -> audit::Entry {
 #[delete("/api/jobs/{id}")]
 pub async fn delete_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRemove>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRemove])?;
     let id = id.into_inner().0;
     let deleted = state.store.jobs().delete(id).await?;
     let Some(deleted) = deleted else {
@@ -843,10 +835,9 @@ pub async fn delete_job(
 #[post("/api/jobs/batch-delete")]
 pub async fn batch_delete(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRemove>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRemove])?;
     let ids = IdList::read(body.into_inner())?;
     let deleted = state.store.jobs().delete_many(&ids).await?;
     for job in &deleted {

@@ -7,7 +7,7 @@ use chrono::Utc;
 use qiwu_domain::notify::SUPER_ADMINS;
 use qiwu_storage::NotificationCursor;
 
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, Problem};
 use crate::notify_dto::{NotificationDto, NotificationPage, NotificationQuery, ReadAllDto};
 use crate::query::{self, Id};
@@ -29,10 +29,9 @@ use crate::state::AppState;
 #[get("/api/notifications")]
 pub async fn list_notifications(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     query: web::Query<NotificationQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let q = query.into_inner();
     let unread = query::boolean("unread", q.unread)?.unwrap_or(false);
     let limit = query::limit(q.limit)?;
@@ -72,10 +71,9 @@ pub async fn list_notifications(
 #[post("/api/notifications/{id}/read")]
 pub async fn read_notification(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let id = id.into_inner().0;
     let read = state
         .store
@@ -105,9 +103,8 @@ pub async fn read_notification(
 #[post("/api/notifications/read-all")]
 pub async fn read_all_notifications(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let count = state
         .store
         .notifications()

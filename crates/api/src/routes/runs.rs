@@ -6,7 +6,7 @@ use qiwu_storage::{CancelRequest, RunCursor, RunFilter};
 use serde_json::json;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{
     CancelAccepted, IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto,
     XlsxFile,
@@ -86,10 +86,9 @@ fn filter_json(f: &RunFilter) -> serde_json::Value {
 #[get("/api/runs")]
 pub async fn list_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::RunBrowse>,
     query: web::Query<RunQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunBrowse])?;
     let q = query.into_inner();
     let filter = run_filter(
         q.job_id,
@@ -129,10 +128,9 @@ pub async fn list_runs(
 #[get("/api/runs/export")]
 pub async fn export_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunExport>,
     query: web::Query<RunExportQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunExport])?;
     let lang = who.lang;
     let q = query.into_inner();
     let filter = run_filter(
@@ -195,10 +193,9 @@ pub async fn export_runs(
 #[get("/api/runs/{id}")]
 pub async fn get_run(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::RunView>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunView])?;
     let id = id.into_inner().0;
     let run = state
         .store
@@ -234,10 +231,9 @@ pub async fn get_run(
 #[post("/api/runs/{id}/cancel")]
 pub async fn cancel_run(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let asked = state
@@ -303,10 +299,9 @@ pub async fn cancel_run(
 #[delete("/api/runs/{id}")]
 pub async fn delete_run(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
     let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
@@ -349,10 +344,9 @@ pub async fn delete_run(
 #[post("/api/runs/batch-delete")]
 pub async fn batch_delete_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
     let mut ids = IdList::read(body.into_inner())?;
     ids.sort_unstable();
     ids.dedup();
@@ -392,9 +386,8 @@ pub async fn batch_delete_runs(
 #[post("/api/runs/clear")]
 pub async fn clear_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
     let cleared = state.store.runs().clear(Utc::now()).await?;
     // Like the other deletes, an entry only when something was deleted.
     if cleared > 0 {

@@ -6,7 +6,7 @@ use chrono::Utc;
 use qiwu_domain::settings::{self, SETTINGS};
 use serde_json::Value;
 
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, Problem};
 use crate::notify_dto::{SettingDto, SettingWrite};
 use crate::state::AppState;
@@ -25,9 +25,8 @@ use crate::state::AppState;
 #[get("/api/settings")]
 pub async fn list_settings(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let mut stored = state.store.settings().list().await?;
     let items: Vec<SettingDto> = SETTINGS
@@ -62,11 +61,10 @@ pub async fn list_settings(
 #[put("/api/settings/{key}")]
 pub async fn update_setting(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     key: web::Path<String>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let key = key.into_inner();
     let Some(def) = settings::find(&key) else {

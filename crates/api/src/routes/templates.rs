@@ -8,7 +8,7 @@ use qiwu_domain::Lang;
 use qiwu_domain::notify::{self, TemplateTexts as DomainTexts};
 use qiwu_storage::{StorageError, TemplateTexts};
 
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, Problem, ProblemFieldText, Text};
 use crate::notify_dto::{TemplateDto, TemplateWrite};
 use crate::state::AppState;
@@ -34,9 +34,8 @@ fn template_not_found(code: &str) -> ApiError {
 #[get("/api/notification-templates")]
 pub async fn list_templates(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let items: Vec<TemplateDto> = state
         .store
@@ -65,10 +64,9 @@ pub async fn list_templates(
 #[get("/api/notification-templates/{code}")]
 pub async fn get_template(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let code = code.into_inner();
     let template = state
@@ -99,11 +97,10 @@ pub async fn get_template(
 #[put("/api/notification-templates/{code}")]
 pub async fn update_template(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let code = code.into_inner();
     // Only templates this service sends can be edited: their placeholders
