@@ -15,6 +15,10 @@ use std::fmt;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use qiwu_domain::alert::ChannelFieldError;
+use qiwu_domain::calendar::user::CalendarFieldError;
+use qiwu_domain::freeze::FreezeFieldError;
+use qiwu_domain::notify::TemplateFieldError;
 use qiwu_domain::{FieldError, Lang};
 use qiwu_storage::StorageError;
 use serde::Serialize;
@@ -77,6 +81,14 @@ impl Text {
         Text {
             zh: zh.into(),
             en: en.into(),
+        }
+    }
+
+    /// A text written by `write` in each language.
+    pub fn each(write: impl Fn(Lang) -> String) -> Text {
+        Text {
+            zh: write(Lang::Zh),
+            en: write(Lang::En),
         }
     }
 
@@ -149,12 +161,89 @@ impl ProblemFieldText {
     }
 }
 
-impl From<&FieldError> for ProblemFieldText {
-    fn from(e: &FieldError) -> ProblemFieldText {
-        ProblemFieldText {
-            field: e.field.clone(),
-            message: Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-        }
+/// A domain error about one field of a body: the field, and what is wrong
+/// in either language. The domain's field error types implement it here,
+/// so [`field_errors`] is the one way they become a 400.
+pub trait FieldMessage {
+    fn field(&self) -> &str;
+    fn message(&self, lang: Lang) -> String;
+}
+
+macro_rules! field_message {
+    ($($t:ty),* $(,)?) => {
+        $(
+            impl FieldMessage for $t {
+                fn field(&self) -> &str {
+                    &self.field
+                }
+
+                fn message(&self, lang: Lang) -> String {
+                    // The type's own method (inherent methods come first).
+                    <$t>::message(self, lang)
+                }
+            }
+        )*
+    };
+}
+
+field_message!(
+    FieldError,
+    ChannelFieldError,
+    FreezeFieldError,
+    CalendarFieldError,
+    TemplateFieldError,
+);
+
+/// Every field error of a domain check, in both languages, for a 400.
+pub fn field_errors<'a, E: FieldMessage + 'a>(
+    errors: impl IntoIterator<Item = &'a E>,
+) -> Vec<ProblemFieldText> {
+    errors
+        .into_iter()
+        .map(|e| ProblemFieldText::new(e.field(), Text::each(|lang| e.message(lang))))
+        .collect()
+}
+
+/// What a resource is called, in both languages, for the messages that
+/// name one ("Job 7 does not exist").
+#[derive(Debug, Clone, Copy)]
+pub struct Noun {
+    zh: &'static str,
+    en: &'static str,
+}
+
+impl Noun {
+    pub const JOB: Noun = Noun::new("任务", "Job");
+    pub const RUN: Noun = Noun::new("执行记录", "Run");
+    pub const JOB_GROUP: Noun = Noun::new("分组", "Job group");
+    /// A group as a freeze's scope names it.
+    pub const GROUP: Noun = Noun::new("分组", "Group");
+    pub const HANDLER: Noun = Noun::new("处理器", "Handler");
+    pub const CALENDAR: Noun = Noun::new("日历", "Calendar");
+    pub const FREEZE: Noun = Noun::new("冻结窗口", "Freeze");
+    pub const ALERT_CHANNEL: Noun = Noun::new("告警渠道", "Alert channel");
+    pub const TEMPLATE: Noun = Noun::new("站内信模板", "Notification template");
+    pub const NOTIFICATION: Noun = Noun::new("通知", "Notification");
+    pub const API_KEY: Noun = Noun::new("API 密钥", "API key");
+
+    const fn new(zh: &'static str, en: &'static str) -> Noun {
+        Noun { zh, en }
+    }
+
+    /// "{noun} {key} does not exist".
+    pub fn missing(self, key: impl fmt::Display) -> Text {
+        Text::new(
+            format!("{} {key} 不存在", self.zh),
+            format!("{} {key} does not exist", self.en),
+        )
+    }
+
+    /// "{noun} {key} already exists".
+    pub fn exists(self, key: impl fmt::Display) -> Text {
+        Text::new(
+            format!("{} {key} 已存在", self.zh),
+            format!("{} {key} already exists", self.en),
+        )
     }
 }
 
@@ -221,11 +310,14 @@ impl ApiError {
         ApiError::new(ErrorKind::NotFound(Text::new(zh, en)))
     }
 
-    pub fn job_not_found(id: i64) -> ApiError {
-        ApiError::not_found(
-            format!("任务 {id} 不存在"),
-            format!("Job {id} does not exist"),
-        )
+    /// A 404 naming the resource: "Job 7 does not exist".
+    pub fn missing(noun: Noun, key: impl fmt::Display) -> ApiError {
+        ApiError::new(ErrorKind::NotFound(noun.missing(key)))
+    }
+
+    /// A 409 naming the resource: "Calendar cn-ops already exists".
+    pub fn exists(noun: Noun, key: impl fmt::Display) -> ApiError {
+        ApiError::new(ErrorKind::Conflict(noun.exists(key)))
     }
 
     pub fn internal(source: impl std::error::Error + Send + Sync + 'static) -> ApiError {

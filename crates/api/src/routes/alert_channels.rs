@@ -5,8 +5,7 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
-use qiwu_domain::alert::{self, ChannelFieldError};
+use qiwu_domain::alert;
 use qiwu_storage::{ChannelRecord, StorageError};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -14,7 +13,7 @@ use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Need, perm};
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
 use crate::state::AppState;
@@ -140,25 +139,6 @@ pub struct AlertChannelUpdate {
     pub secret: Option<String>,
 }
 
-fn field_errors(errors: Vec<ChannelFieldError>) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
-}
-
-fn not_found(id: i64) -> ApiError {
-    ApiError::not_found(
-        format!("告警渠道 {id} 不存在"),
-        format!("Alert channel {id} does not exist"),
-    )
-}
-
 fn name_taken(name: &str) -> ApiError {
     ApiError::new(ErrorKind::NameTaken(Text::new(
         format!("告警渠道名称「{name}」已被使用：请换一个名称"),
@@ -218,7 +198,7 @@ pub async fn create_alert_channel(
 ) -> Result<HttpResponse, ApiError> {
     let body = body_object(body.into_inner())?;
     let spec =
-        alert::validate_channel(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
+        alert::validate_channel(&body, None).map_err(|e| ApiError::validation(field_errors(&e)))?;
     let created = state
         .store
         .alert_channels()
@@ -277,7 +257,7 @@ pub async fn get_alert_channel(
         .alert_channels()
         .get(id)
         .await?
-        .ok_or_else(|| not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     Ok(HttpResponse::Ok().json(AlertChannelDto::from(channel)))
 }
 
@@ -315,7 +295,7 @@ pub async fn update_alert_channel(
         .alert_channels()
         .get(id)
         .await?
-        .ok_or_else(|| not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     // Absent fields keep their value: the body goes over the stored ones.
     let mut input = Map::new();
     input.insert("name".into(), json!(current.name));
@@ -329,7 +309,7 @@ pub async fn update_alert_channel(
         (Ok(version), Ok(spec)) => (version, spec),
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
-            errors.extend(field_errors(spec.err().unwrap_or_default()));
+            errors.extend(field_errors(&spec.err().unwrap_or_default()));
             return Err(ApiError::validation(errors));
         }
     };
@@ -339,7 +319,7 @@ pub async fn update_alert_channel(
         .update(id, version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(id),
+            StorageError::NotFound => ApiError::missing(Noun::ALERT_CHANNEL, id),
             StorageError::NameTaken => name_taken(&spec.name),
             other => ApiError::from(other),
         })?;
@@ -400,7 +380,10 @@ pub async fn delete_alert_channel(
             ),
         ))));
     }
-    let deleted = repo.delete(id).await?.ok_or_else(|| not_found(id))?;
+    let deleted = repo
+        .delete(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     audit::record(
         &state,
         &who,

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Need, Permission, perm};
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, Noun, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::state::AppState;
 
@@ -294,10 +294,7 @@ pub async fn revoke_api_key(
         .revoke(id, Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::not_found(
-                format!("API 密钥 {id} 不存在"),
-                format!("API key {id} does not exist"),
-            ),
+            StorageError::NotFound => ApiError::missing(Noun::API_KEY, id),
             other => ApiError::from(other),
         })?;
     // A second revoke changes nothing, so it writes no audit entry.

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use crate::audit::{self, Action, Target};
 use crate::auth::{Need, perm};
 use crate::body::Fields;
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::routes::jobs::{job_schedule, job_zone};
 use crate::state::AppState;
@@ -205,7 +205,7 @@ pub async fn create_backfill(
         .jobs()
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::job_not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))?;
     let cron = CronExpr::parse(&job.cron).map_err(ApiError::internal)?;
     let tz = job_zone(&state, &job);
     let schedule = job_schedule(&state, &job, cron, tz)

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
-use qiwu_domain::calendar::user::{self, CalendarFieldError};
+use qiwu_domain::calendar::user;
 use qiwu_domain::calendar::{Calendar, builtin};
 use qiwu_storage::StorageError;
 use serde_json::{Map, Value};
@@ -14,16 +13,9 @@ use serde_json::{Map, Value};
 use crate::audit::{self, Action, Target};
 use crate::auth::{Need, perm};
 use crate::calendar_dto::{CalendarCreate, CalendarDto, CalendarSummaryDto, CalendarUpdate};
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::MAX_SAFE_INTEGER;
 use crate::state::AppState;
-
-fn not_found(code: &str) -> ApiError {
-    ApiError::not_found(
-        format!("日历 {code} 不存在"),
-        format!("Calendar {code} does not exist"),
-    )
-}
 
 fn read_only(code: &str) -> ApiError {
     ApiError::new(ErrorKind::Conflict(Text::new(
@@ -32,18 +24,6 @@ fn read_only(code: &str) -> ApiError {
             "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
         ),
     )))
-}
-
-fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
 }
 
 pub(crate) fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
@@ -183,14 +163,14 @@ pub async fn get_calendar(
         return Ok(HttpResponse::Ok().json(CalendarDto::builtin(&cal, lang)));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(&code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
     let record = state
         .store
         .calendars()
         .get(&code)
         .await?
-        .ok_or_else(|| not_found(&code))?;
+        .ok_or_else(|| ApiError::missing(Noun::CALENDAR, &code))?;
     Ok(HttpResponse::Ok().json(CalendarDto::user(record)))
 }
 
@@ -229,17 +209,14 @@ pub async fn create_calendar(
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     let body = body_object(body.into_inner())?;
-    let spec = user::validate(&body, None).map_err(|e| ApiError::validation(field_errors(e)))?;
+    let spec = user::validate(&body, None).map_err(|e| ApiError::validation(field_errors(&e)))?;
     let created = state
         .store
         .calendars()
         .create(&spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::AlreadyExists => ApiError::new(ErrorKind::Conflict(Text::new(
-                format!("日历 {} 已存在", spec.code),
-                format!("Calendar {} already exists", spec.code),
-            ))),
+            StorageError::AlreadyExists => ApiError::exists(Noun::CALENDAR, &spec.code),
             other => ApiError::from(other),
         })?;
     let dto = CalendarDto::user(created);
@@ -300,7 +277,7 @@ pub async fn update_calendar(
         return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(&code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
     let body = body_object(body.into_inner())?;
     // Every bad field in one answer: the version's problem with the rest.
@@ -310,7 +287,7 @@ pub async fn update_calendar(
         (Ok(version), Ok(spec)) => (version, spec),
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
-            errors.extend(field_errors(spec.err().unwrap_or_default()));
+            errors.extend(field_errors(&spec.err().unwrap_or_default()));
             return Err(ApiError::validation(errors));
         }
     };
@@ -320,7 +297,7 @@ pub async fn update_calendar(
         .update(version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(&code),
+            StorageError::NotFound => ApiError::missing(Noun::CALENDAR, &code),
             other => ApiError::from(other),
         })?;
     // The jobs naming it start a new schedule with the new dates.
@@ -369,7 +346,7 @@ pub async fn delete_calendar(
         return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(&code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
     // A calendar a job names is refused, as a job group still in use is:
     // the job would otherwise stop firing without anyone deciding it.
@@ -382,7 +359,7 @@ pub async fn delete_calendar(
             StorageError::InUse(jobs) => in_use(&code, &jobs),
             other => ApiError::from(other),
         })?
-        .ok_or_else(|| not_found(&code))?;
+        .ok_or_else(|| ApiError::missing(Noun::CALENDAR, &code))?;
     let dto = CalendarDto::user(deleted);
     audit::record(
         &state,

@@ -4,14 +4,14 @@
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
 use chrono_tz::Tz;
+use qiwu_domain::CronExpr;
 use qiwu_domain::job::{FieldError, JobProblem};
 use qiwu_domain::schedule::{Schedule, ScheduleError};
-use qiwu_domain::{CronExpr, Lang};
 
 use crate::auth::Principal;
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{CronPreviewRequest, CronPreviewResponse, in_zone};
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, Problem, field_errors};
 use crate::routes::calendars::find_calendar;
 use crate::state::AppState;
 
@@ -21,10 +21,7 @@ fn field_error(field: &str, problem: JobProblem) -> ApiError {
         field: field.to_string(),
         problem,
     };
-    ApiError::validation(vec![ProblemFieldText::new(
-        field,
-        Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-    )])
+    ApiError::validation(field_errors([&e]))
 }
 
 /// Describes an expression and lists its next fire times; an invalid

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::auth::{Need, perm};
 use crate::body::Fields;
-use crate::error::{ApiError, ErrorKind, MAX_BODY_BYTES, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, MAX_BODY_BYTES, Noun, Problem, ProblemFieldText, Text};
 
 /// What a refused run-once tells the caller to wait: about the time an
 /// instance takes to start queued fires (their poll runs every 5 s).
@@ -130,7 +130,7 @@ pub async fn run_once(
         .jobs()
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::job_not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))?;
     let idem = key.as_deref().map(|key| IdempotencyKey {
         caller: &who.sub,
         key,

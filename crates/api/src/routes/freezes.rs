@@ -6,8 +6,7 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
-use qiwu_domain::freeze::{self, FreezeFieldError, FreezeScope, FreezeSpec};
+use qiwu_domain::freeze::{self, FreezeScope, FreezeSpec};
 use qiwu_storage::{FreezeRecord, FreezeRefusal, JobRecord};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -15,7 +14,7 @@ use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
 use crate::auth::{Need, perm};
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
 use crate::state::AppState;
@@ -162,25 +161,6 @@ pub struct FreezeUpdate {
     pub reason: String,
 }
 
-fn field_errors(errors: &[FreezeFieldError]) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
-}
-
-fn not_found(id: i64) -> ApiError {
-    ApiError::not_found(
-        format!("冻结窗口 {id} 不存在"),
-        format!("Freeze {id} does not exist"),
-    )
-}
-
 fn started(f: &FreezeRecord) -> ApiError {
     ApiError::new(ErrorKind::Conflict(Text::new(
         format!(
@@ -204,24 +184,16 @@ fn audit_json(f: &FreezeRecord) -> Option<Value> {
 async fn check_scope(state: &AppState, spec: &FreezeSpec) -> Result<(), ApiError> {
     let missing = match &spec.scope {
         FreezeScope::All => None,
-        FreezeScope::Group(code) => state.store.groups().get(code).await?.is_none().then(|| {
-            (
-                "group",
-                Text::new(
-                    format!("分组 {code} 不存在"),
-                    format!("Group {code} does not exist"),
-                ),
-            )
-        }),
-        FreezeScope::Handler(name) => (!state.catalog.contains(name)).then(|| {
-            (
-                "handler",
-                Text::new(
-                    format!("处理器 {name} 不存在"),
-                    format!("Handler {name} does not exist"),
-                ),
-            )
-        }),
+        FreezeScope::Group(code) => state
+            .store
+            .groups()
+            .get(code)
+            .await?
+            .is_none()
+            .then(|| ("group", Noun::GROUP.missing(code))),
+        FreezeScope::Handler(name) => {
+            (!state.catalog.contains(name)).then(|| ("handler", Noun::HANDLER.missing(name)))
+        }
         FreezeScope::JobIds(ids) => {
             let found = state.store.jobs().get_many(ids).await?;
             let unknown: Vec<String> = ids
@@ -386,7 +358,7 @@ pub async fn get_freeze(
         .freezes()
         .get(id)
         .await?
-        .ok_or_else(|| not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::FREEZE, id))?;
     Ok(HttpResponse::Ok().json(FreezeDto::new(found, Utc::now())))
 }
 
@@ -503,7 +475,7 @@ pub async fn delete_freeze(
 
 fn refused(id: i64, refusal: FreezeRefusal) -> ApiError {
     match refusal {
-        FreezeRefusal::NotFound => not_found(id),
+        FreezeRefusal::NotFound => ApiError::missing(Noun::FREEZE, id),
         FreezeRefusal::Started(f) => started(&f),
         FreezeRefusal::StaleVersion { current } => {
             ApiError::new(ErrorKind::StaleVersion { current })

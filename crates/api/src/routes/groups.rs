@@ -5,7 +5,7 @@ use chrono::Utc;
 
 use crate::auth::{Need, perm};
 use crate::dto::{GroupCreate, GroupDto};
-use crate::error::{ApiError, ErrorKind, Problem, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, Text};
 use crate::state::AppState;
 
 /// Lists job groups, built-in ones first.
@@ -106,12 +106,7 @@ pub async fn create_group(
         .create(code, label_zh, label_en, Utc::now())
         .await
         .map_err(|e| match e {
-            qiwu_storage::StorageError::AlreadyExists => {
-                ApiError::new(ErrorKind::Conflict(Text::new(
-                    format!("分组 {code} 已存在"),
-                    format!("Job group {code} already exists"),
-                )))
-            }
+            qiwu_storage::StorageError::AlreadyExists => ApiError::exists(Noun::JOB_GROUP, code),
             other => ApiError::from(other),
         })?;
     Ok(HttpResponse::Created().json(GroupDto::new(created, lang)))
@@ -139,12 +134,11 @@ pub async fn delete_group(
 ) -> Result<HttpResponse, ApiError> {
     let code = code.into_inner();
     let store = &state.store;
-    let group = store.groups().get(&code).await?.ok_or_else(|| {
-        ApiError::not_found(
-            format!("分组 {code} 不存在"),
-            format!("Job group {code} does not exist"),
-        )
-    })?;
+    let group = store
+        .groups()
+        .get(&code)
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::JOB_GROUP, &code))?;
     if group.builtin {
         return Err(ApiError::new(ErrorKind::Conflict(Text::new(
             format!("分组 {code} 是内置分组，不能删除"),

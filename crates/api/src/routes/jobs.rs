@@ -17,7 +17,7 @@ use crate::dto::{
     BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
     JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone, job_json,
 };
-use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText, Text};
+use crate::error::{ApiError, Noun, Problem, ProblemField, Text, field_errors};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
@@ -79,7 +79,7 @@ fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
 async fn validate(state: &AppState, input: &Map<String, Value>) -> Result<Checked, ApiError> {
     check(state, input)
         .await?
-        .map_err(|errors| ApiError::validation(errors.iter().map(ProblemFieldText::from).collect()))
+        .map_err(|errors| ApiError::validation(field_errors(&errors)))
 }
 
 /// A merged job, checked: its fields, time rules and alert policy.
@@ -241,7 +241,7 @@ async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
         .jobs()
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::job_not_found(id))
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))
 }
 
 /// The zone a job's times are computed in.
@@ -447,7 +447,7 @@ pub async fn update_job(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(id),
+            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
             other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
@@ -695,7 +695,7 @@ pub async fn set_enabled(
         .pause(id, &body.request, body.version, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(id),
+            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
             other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
@@ -737,7 +737,7 @@ pub async fn batch_enabled(
                     field: "group".into(),
                     problem: job::JobProblem::UnknownGroup(code.clone()),
                 };
-                return Err(ApiError::validation(vec![ProblemFieldText::from(&problem)]));
+                return Err(ApiError::validation(field_errors([&problem])));
             }
             JobSelection::Group(code)
         }
@@ -811,7 +811,7 @@ pub async fn delete_job(
     let id = id.into_inner().0;
     let deleted = state.store.jobs().delete(id).await?;
     let Some(deleted) = deleted else {
-        return Err(ApiError::job_not_found(id));
+        return Err(ApiError::missing(Noun::JOB, id));
     };
     state.changes.job_changed(id);
     audit::record_all(&state, &who, vec![delete_entry(&deleted)]).await;

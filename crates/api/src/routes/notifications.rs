@@ -8,7 +8,7 @@ use qiwu_domain::notify::SUPER_ADMINS;
 use qiwu_storage::NotificationCursor;
 
 use crate::auth::{Need, perm};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, Noun, Problem};
 use crate::notify_dto::{NotificationDto, NotificationPage, NotificationQuery, ReadAllDto};
 use crate::query::{self, Id};
 use crate::state::AppState;
@@ -80,12 +80,7 @@ pub async fn read_notification(
         .notifications()
         .mark_read(SUPER_ADMINS, id, Utc::now())
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found(
-                format!("通知 {id} 不存在"),
-                format!("Notification {id} does not exist"),
-            )
-        })?;
+        .ok_or_else(|| ApiError::missing(Noun::NOTIFICATION, id))?;
     Ok(HttpResponse::Ok().json(NotificationDto::from(read)))
 }
 

@@ -11,7 +11,7 @@ use crate::dto::{
     CancelAccepted, IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto,
     XlsxFile,
 };
-use crate::error::{ApiError, ErrorKind, Problem, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, Text};
 use crate::export::{self, MAX_EXPORT_ROWS};
 use crate::query::{self, Id};
 use crate::state::AppState;
@@ -47,13 +47,6 @@ fn run_filter(
     };
     query::range("startedTo", filter.started_from, filter.started_to)?;
     Ok(filter)
-}
-
-fn run_not_found(id: i64) -> ApiError {
-    ApiError::not_found(
-        format!("执行记录 {id} 不存在"),
-        format!("Run {id} does not exist"),
-    )
 }
 
 /// The filters as the audit log records them.
@@ -202,7 +195,7 @@ pub async fn get_run(
         .runs()
         .get(id)
         .await?
-        .ok_or_else(|| run_not_found(id))?;
+        .ok_or_else(|| ApiError::missing(Noun::RUN, id))?;
     let started_by = state.store.fires().started_by(run.fire_id).await?;
     let mut detail = RunDetailDto::new(run);
     detail.started_by = started_by;
@@ -243,7 +236,7 @@ pub async fn cancel_run(
         .await?;
     let (run, first) = match asked {
         CancelRequest::Requested { run, first } => (run, first),
-        CancelRequest::NotFound => return Err(run_not_found(id)),
+        CancelRequest::NotFound => return Err(ApiError::missing(Noun::RUN, id)),
         CancelRequest::Finished(run) => {
             return Err(ApiError::new(ErrorKind::Conflict(Text::new(
                 format!("执行记录 {id} 已结束（{}），无法取消", run.status),
@@ -305,11 +298,14 @@ pub async fn delete_run(
     let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
-    let run = runs.get(id).await?.ok_or_else(|| run_not_found(id))?;
+    let run = runs
+        .get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::RUN, id))?;
     let deleted = runs.soft_delete(id, Utc::now()).await?;
     if !deleted {
         // Someone else deleted it in between.
-        return Err(run_not_found(id));
+        return Err(ApiError::missing(Noun::RUN, id));
     }
     let summary = format!("删除执行记录 {id}（任务「{}」）", run.job_name);
     let before = serde_json::to_value(RunSummaryDto::new(run)).ok();

@@ -4,21 +4,13 @@
 
 use actix_web::{HttpResponse, get, put, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
 use qiwu_domain::notify::{self, TemplateTexts as DomainTexts};
 use qiwu_storage::{StorageError, TemplateTexts};
 
 use crate::auth::{Need, perm};
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, Noun, Problem, field_errors};
 use crate::notify_dto::{TemplateDto, TemplateWrite};
 use crate::state::AppState;
-
-fn template_not_found(code: &str) -> ApiError {
-    ApiError::not_found(
-        format!("站内信模板 {code} 不存在"),
-        format!("Notification template {code} does not exist"),
-    )
-}
 
 /// Lists the notification templates.
 #[utoipa::path(
@@ -74,7 +66,7 @@ pub async fn get_template(
         .templates()
         .get(&code)
         .await?
-        .ok_or_else(|| template_not_found(&code))?;
+        .ok_or_else(|| ApiError::missing(Noun::TEMPLATE, &code))?;
     Ok(HttpResponse::Ok().json(TemplateDto::new(template, lang)))
 }
 
@@ -105,7 +97,7 @@ pub async fn update_template(
     let code = code.into_inner();
     // Only templates this service sends can be edited: their placeholders
     // are known, so an edit can be checked.
-    let def = notify::find(&code).ok_or_else(|| template_not_found(&code))?;
+    let def = notify::find(&code).ok_or_else(|| ApiError::missing(Noun::TEMPLATE, &code))?;
     let body = TemplateWrite::read(body.into_inner())?;
     let texts = DomainTexts {
         title_zh: &body.title_zh,
@@ -113,19 +105,8 @@ pub async fn update_template(
         title_en: &body.title_en,
         body_en: &body.body_en,
     };
-    notify::validate_template(def, &texts).map_err(|errors| {
-        ApiError::validation(
-            errors
-                .iter()
-                .map(|e| {
-                    ProblemFieldText::new(
-                        e.field,
-                        Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-                    )
-                })
-                .collect(),
-        )
-    })?;
+    notify::validate_template(def, &texts)
+        .map_err(|errors| ApiError::validation(field_errors(&errors)))?;
     let updated = state
         .store
         .templates()
@@ -142,7 +123,7 @@ pub async fn update_template(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => template_not_found(&code),
+            StorageError::NotFound => ApiError::missing(Noun::TEMPLATE, &code),
             other => ApiError::from(other),
         })?;
     tracing::info!(template = %code, actor = %who.sub, "notification template changed");
