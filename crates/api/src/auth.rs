@@ -400,6 +400,43 @@ impl FromRequest for RequestLang {
 mod tests {
     use super::*;
 
+    fn caller(perms: &[Permission], super_admin: bool) -> Principal {
+        Principal {
+            sub: "alice".into(),
+            name: "Alice".into(),
+            super_admin,
+            perms: perms.iter().copied().collect(),
+            lang: Lang::En,
+        }
+    }
+
+    fn forbidden_needs(r: Result<(), ApiError>) -> String {
+        match r.map_err(|e| e.kind) {
+            Err(ErrorKind::Forbidden { needs }) => needs,
+            other => panic!("expected a 403, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requirements_name_every_missing_code() {
+        use perm::*;
+        let viewer = caller(&[Permission::TaskView], false);
+        assert!(TaskView::check(&viewer).is_ok());
+        assert_eq!(
+            forbidden_needs(<(TaskModify, TaskView)>::check(&viewer)),
+            "scheduler.task.modify"
+        );
+        let nobody = caller(&[], false);
+        assert_eq!(
+            forbidden_needs(<(TaskModify, TaskView)>::check(&nobody)),
+            "scheduler.task.modify, scheduler.task.view"
+        );
+        assert_eq!(forbidden_needs(SuperAdmin::check(&viewer)), "superAdmin");
+        let admin = caller(&[], true);
+        assert!(SuperAdmin::check(&admin).is_ok());
+        assert!(RunRemove::check(&admin).is_ok());
+    }
+
     #[test]
     fn codes_round_trip() {
         for p in Permission::ALL {

@@ -705,4 +705,36 @@ mod tests {
         }
         assert_eq!(seen.len(), PROBLEM_TYPES.len());
     }
+
+    #[test]
+    fn the_language_is_chosen_when_rendering() {
+        let e = ApiError::missing(Noun::JOB, 7);
+        assert_eq!(e.problem(Lang::Zh).detail, "任务 7 不存在");
+        assert_eq!(e.problem(Lang::En).detail, "Job 7 does not exist");
+        let e = ApiError::exists(Noun::CALENDAR, "ops");
+        assert_eq!(e.problem(Lang::En).detail, "Calendar ops already exists");
+        assert_eq!(e.problem(Lang::En).status, 409);
+        // Outside the middleware, the default language.
+        assert_eq!(crate::observe::current_lang(), Lang::Zh);
+    }
+
+    #[test]
+    fn storage_errors_convert() {
+        let e: ApiError = StorageError::StaleVersion { current: 3 }.into();
+        assert!(matches!(e.kind, ErrorKind::StaleVersion { current: 3 }));
+        let e: ApiError = StorageError::InvalidCursor.into();
+        assert_eq!(e.problem(Lang::En).errors[0].field, "cursor");
+    }
+
+    #[test]
+    fn field_errors_keep_both_languages() {
+        let errors = vec![FieldError {
+            field: "cron".into(),
+            problem: qiwu_domain::JobProblem::Required,
+        }];
+        let fields = field_errors(&errors);
+        assert_eq!(fields[0].field, "cron");
+        assert_eq!(fields[0].message.zh, errors[0].message(Lang::Zh));
+        assert_eq!(fields[0].message.en, errors[0].message(Lang::En));
+    }
 }
