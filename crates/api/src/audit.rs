@@ -6,11 +6,10 @@
 
 use chrono::Utc;
 use qiwu_domain::Lang;
-use qiwu_storage::{JobRecord, NewAudit};
+use qiwu_storage::NewAudit;
 use serde_json::Value;
 
 use crate::auth::Principal;
-use crate::dto::JobDto;
 use crate::state::AppState;
 
 /// What was done; stored as its code.
@@ -256,12 +255,6 @@ pub async fn record_all(state: &AppState, who: &Principal, entries: Vec<Entry>) 
             );
         }
     }
-}
-
-/// A job as the audit log keeps it: the API's JSON form, with the stored
-/// name (not a translation).
-pub fn job_json(job: &JobRecord) -> Option<Value> {
-    serde_json::to_value(JobDto::new(job.clone(), Lang::Zh)).ok()
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 use std::future::{Future, Ready, ready};
+use std::marker::PhantomData;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -11,10 +13,8 @@ use actix_web::dev::Payload;
 use actix_web::http::header;
 use actix_web::{FromRequest, HttpRequest, web};
 use chrono::Utc;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use qiwu_domain::Lang;
 use qiwu_storage::{API_KEY_MARK, ApiKeyRecord};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ErrorKind, Text, request_lang};
 use crate::state::AppState;
@@ -71,81 +71,6 @@ impl Permission {
     }
 }
 
-/// The claims of our tokens.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Claims {
-    pub sub: String,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub perms: Vec<String>,
-    #[serde(default, rename = "superAdmin")]
-    pub super_admin: bool,
-    /// Expiry, seconds since the Unix epoch.
-    pub exp: i64,
-}
-
-/// The signing secret, shared by every instance, and the secrets it
-/// replaced: tokens are signed with the current one and accepted when any
-/// of them verifies, so a secret can be rotated without signing anyone out.
-#[derive(Clone)]
-pub struct JwtKeys {
-    encoding: EncodingKey,
-    /// The current secret's key first, then each previous one.
-    decoding: Vec<DecodingKey>,
-}
-
-impl JwtKeys {
-    /// Keys for a shared secret; an empty secret is refused.
-    pub fn from_secret(secret: &[u8]) -> Result<JwtKeys, jsonwebtoken::errors::Error> {
-        Ok(JwtKeys {
-            encoding: EncodingKey::from_secret(secret)?,
-            decoding: vec![DecodingKey::from_secret(secret)?],
-        })
-    }
-
-    /// Also accepts tokens signed with each of `previous` (never signs with
-    /// them); an empty secret is refused.
-    pub fn with_previous<S: AsRef<[u8]>>(
-        mut self,
-        previous: &[S],
-    ) -> Result<JwtKeys, jsonwebtoken::errors::Error> {
-        for secret in previous {
-            self.decoding
-                .push(DecodingKey::from_secret(secret.as_ref())?);
-        }
-        Ok(self)
-    }
-
-    pub fn mint(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
-    }
-
-    /// The claims of a token signed with the current or a previous secret.
-    /// When no secret verifies the signature, that is the error; when one
-    /// does but the claims fail (expired), the claims' error is returned.
-    pub fn verify(&self, token: &str) -> Result<Claims, jsonwebtoken::errors::Error> {
-        use jsonwebtoken::errors::ErrorKind as J;
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = 30;
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        let mut first_error = None;
-        for key in &self.decoding {
-            match jsonwebtoken::decode::<Claims>(token, key, &validation) {
-                Ok(data) => return Ok(data.claims),
-                // Another secret may still verify it.
-                Err(e) if matches!(e.kind(), J::InvalidSignature) => {
-                    first_error.get_or_insert(e);
-                }
-                // The signature matched (or the token is malformed, which
-                // no other key changes): this is the answer.
-                Err(e) => return Err(e),
-            }
-        }
-        Err(first_error.unwrap_or_else(|| J::InvalidSignature.into()))
-    }
-}
-
 /// Longest `sub` a token may carry, as wide as the columns that keep it.
 pub const MAX_SUB_CHARS: usize = 128;
 
@@ -156,7 +81,8 @@ pub struct Principal {
     pub name: String,
     pub super_admin: bool,
     perms: BTreeSet<Permission>,
-    /// The language the request asked for; errors are written in it.
+    /// The language the request asked for, for the texts of a successful
+    /// answer (an error chooses its language when it is rendered).
     pub lang: Lang,
 }
 
@@ -175,12 +101,9 @@ impl Principal {
         if missing.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::new(
-                self.lang,
-                ErrorKind::Forbidden {
-                    needs: missing.join(", "),
-                },
-            ))
+            Err(ApiError::new(ErrorKind::Forbidden {
+                needs: missing.join(", "),
+            }))
         }
     }
 
@@ -188,12 +111,9 @@ impl Principal {
         if self.super_admin {
             Ok(())
         } else {
-            Err(ApiError::new(
-                self.lang,
-                ErrorKind::Forbidden {
-                    needs: "superAdmin".into(),
-                },
-            ))
+            Err(ApiError::new(ErrorKind::Forbidden {
+                needs: "superAdmin".into(),
+            }))
         }
     }
 
@@ -203,15 +123,14 @@ impl Principal {
     }
 }
 
-fn unauthenticated(lang: Lang, zh: &str, en: &str) -> ApiError {
-    ApiError::new(lang, ErrorKind::Unauthenticated(Text::new(zh, en)))
+fn unauthenticated(zh: &str, en: &str) -> ApiError {
+    ApiError::new(ErrorKind::Unauthenticated(Text::new(zh, en)))
 }
 
 /// The bearer token of a request, or the 401 saying what is wrong with it.
-fn bearer_token(req: &HttpRequest, lang: Lang) -> Result<&str, ApiError> {
+fn bearer_token(req: &HttpRequest) -> Result<&str, ApiError> {
     let Some(value) = req.headers().get(header::AUTHORIZATION) else {
         return Err(unauthenticated(
-            lang,
             "缺少 Authorization: Bearer 令牌",
             "Missing the Authorization: Bearer token",
         ));
@@ -227,7 +146,6 @@ fn bearer_token(req: &HttpRequest, lang: Lang) -> Result<&str, ApiError> {
         .filter(|t| !t.is_empty())
         .ok_or_else(|| {
             unauthenticated(
-                lang,
                 "Authorization 头必须是 Bearer 令牌",
                 "The Authorization header must carry a Bearer token",
             )
@@ -240,11 +158,10 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
         use jsonwebtoken::errors::ErrorKind as J;
         match e.kind() {
             J::ExpiredSignature => unauthenticated(
-                lang,
                 "令牌已过期：请重新登录",
                 "The token has expired: sign in again",
             ),
-            _ => unauthenticated(lang, "令牌无效", "The token is not valid"),
+            _ => unauthenticated("令牌无效", "The token is not valid"),
         }
     })?;
     // `sub` is written as `createdBy`, `updatedBy` and the audit actor,
@@ -252,7 +169,6 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
     // shorten it (two users would then share a name) or fail later.
     if claims.sub.chars().any(char::is_control) {
         return Err(unauthenticated(
-            lang,
             "令牌的 sub 含有控制字符：请让签发方使用可打印的用户标识",
             "The token's sub holds control characters: ask its issuer for a printable user id",
         ));
@@ -260,7 +176,6 @@ fn jwt_principal(state: &AppState, token: &str, lang: Lang) -> Result<Principal,
     let sub_chars = claims.sub.chars().count();
     if sub_chars > MAX_SUB_CHARS {
         return Err(unauthenticated(
-            lang,
             &format!(
                 "令牌的 sub 最多 {MAX_SUB_CHARS} 个字符，这个有 {sub_chars} 个：请让签发方缩短用户标识"
             ),
@@ -289,11 +204,9 @@ async fn api_key_principal(
         .store
         .api_keys()
         .authenticate(&key, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     let Some(record) = found else {
         return Err(unauthenticated(
-            lang,
             "API 密钥无效或已被吊销",
             "The API key is not valid or has been revoked",
         ));
@@ -347,17 +260,126 @@ impl FromRequest for Principal {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let lang = request_lang(req);
         let Some(state) = req.app_data::<web::Data<AppState>>() else {
-            return PrincipalFuture::Ready(ready(Err(ApiError::internal(
-                lang,
-                std::io::Error::other("AppState is not registered"),
-            ))));
+            return PrincipalFuture::Ready(ready(Err(ApiError::internal(std::io::Error::other(
+                "AppState is not registered",
+            )))));
         };
-        match bearer_token(req, lang) {
+        match bearer_token(req) {
             Ok(token) if token.starts_with(API_KEY_MARK) => PrincipalFuture::Lookup(Box::pin(
                 api_key_principal(state.clone(), token.to_owned(), lang),
             )),
             Ok(token) => PrincipalFuture::Ready(ready(jwt_principal(state, token, lang))),
             Err(e) => PrincipalFuture::Ready(ready(Err(e))),
+        }
+    }
+}
+
+/// What a route needs of its caller, checked when the caller is extracted
+/// ([`Need`]): one permission (`perm::TaskView`), two
+/// (`(perm::TaskModify, perm::TaskView)`, both needed, the 403 naming every
+/// one missing), or `perm::SuperAdmin`.
+pub trait Requirement {
+    /// Ok, or the 403 naming what is missing.
+    fn check(who: &Principal) -> Result<(), ApiError>;
+}
+
+/// A single permission as a type.
+pub trait Perm {
+    const PERMISSION: Permission;
+}
+
+/// The permissions and the super-admin role as types, for [`Need`].
+pub mod perm {
+    use super::{ApiError, Perm, Permission, Principal, Requirement};
+
+    macro_rules! markers {
+        ($($name:ident),* $(,)?) => {
+            $(
+                #[doc = concat!("The permission `Permission::", stringify!($name), "`.")]
+                pub struct $name;
+
+                impl Perm for $name {
+                    const PERMISSION: Permission = Permission::$name;
+                }
+
+                impl Requirement for $name {
+                    fn check(who: &Principal) -> Result<(), ApiError> {
+                        who.require(&[Permission::$name])
+                    }
+                }
+            )*
+        };
+    }
+
+    markers!(
+        TaskBrowse, TaskView, TaskCreate, TaskModify, TaskRemove, TaskExport, TaskRun, RunBrowse,
+        RunView, RunExport, RunRemove,
+    );
+
+    /// Super admins only (settings, templates, the inbox, the audit log,
+    /// API keys, groups, alert channels, calendars and freezes).
+    pub struct SuperAdmin;
+
+    impl Requirement for SuperAdmin {
+        fn check(who: &Principal) -> Result<(), ApiError> {
+            who.require_super_admin()
+        }
+    }
+
+    impl<A: Perm, B: Perm> Requirement for (A, B) {
+        fn check(who: &Principal) -> Result<(), ApiError> {
+            who.require(&[A::PERMISSION, B::PERMISSION])
+        }
+    }
+}
+
+/// The caller of a route that needs `R`: a 401 without a valid token or
+/// key, a 403 when the caller lacks `R`, so the route's permission is in
+/// its signature (`who: Need<perm::TaskRun>`). Derefs to the [`Principal`].
+pub struct Need<R> {
+    who: Principal,
+    needs: PhantomData<fn() -> R>,
+}
+
+impl<R> Deref for Need<R> {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.who
+    }
+}
+
+/// The caller, then the check of `R`; as ready as [`PrincipalFuture`].
+pub struct NeedFuture<R> {
+    principal: PrincipalFuture,
+    needs: PhantomData<fn() -> R>,
+}
+
+impl<R: Requirement> Future for NeedFuture<R> {
+    type Output = Result<Need<R>, ApiError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.get_mut().principal)
+            .poll(cx)
+            .map(|principal| {
+                let who = principal?;
+                R::check(&who)?;
+                Ok(Need {
+                    who,
+                    needs: PhantomData,
+                })
+            })
+    }
+}
+
+impl<R: Requirement> FromRequest for Need<R> {
+    type Error = ApiError;
+    type Future = NeedFuture<R>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        NeedFuture {
+            principal: Principal::from_request(req, payload),
+            needs: PhantomData,
         }
     }
 }
@@ -378,74 +400,48 @@ impl FromRequest for RequestLang {
 mod tests {
     use super::*;
 
+    fn caller(perms: &[Permission], super_admin: bool) -> Principal {
+        Principal {
+            sub: "alice".into(),
+            name: "Alice".into(),
+            super_admin,
+            perms: perms.iter().copied().collect(),
+            lang: Lang::En,
+        }
+    }
+
+    fn forbidden_needs(r: Result<(), ApiError>) -> String {
+        match r.map_err(|e| e.kind) {
+            Err(ErrorKind::Forbidden { needs }) => needs,
+            other => panic!("expected a 403, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requirements_name_every_missing_code() {
+        use perm::*;
+        let viewer = caller(&[Permission::TaskView], false);
+        assert!(TaskView::check(&viewer).is_ok());
+        assert_eq!(
+            forbidden_needs(<(TaskModify, TaskView)>::check(&viewer)),
+            "scheduler.task.modify"
+        );
+        let nobody = caller(&[], false);
+        assert_eq!(
+            forbidden_needs(<(TaskModify, TaskView)>::check(&nobody)),
+            "scheduler.task.modify, scheduler.task.view"
+        );
+        assert_eq!(forbidden_needs(SuperAdmin::check(&viewer)), "superAdmin");
+        let admin = caller(&[], true);
+        assert!(SuperAdmin::check(&admin).is_ok());
+        assert!(RunRemove::check(&admin).is_ok());
+    }
+
     #[test]
     fn codes_round_trip() {
         for p in Permission::ALL {
             assert_eq!(Permission::from_code(p.code()), Some(p));
         }
         assert_eq!(Permission::from_code("scheduler.task.nuke"), None);
-    }
-
-    #[test]
-    fn mint_and_verify() {
-        let keys = JwtKeys::from_secret(b"secret").expect("keys");
-        let claims = Claims {
-            sub: "alice".into(),
-            name: "Alice".into(),
-            perms: vec!["scheduler.task.browse".into()],
-            super_admin: false,
-            exp: chrono::Utc::now().timestamp() + 60,
-        };
-        let token = keys.mint(&claims).expect("mint");
-        assert_eq!(keys.verify(&token).expect("verify"), claims);
-        let other = JwtKeys::from_secret(b"other").expect("keys");
-        assert!(other.verify(&token).is_err());
-        let expired = Claims {
-            exp: chrono::Utc::now().timestamp() - 3600,
-            ..claims
-        };
-        let token = keys.mint(&expired).expect("mint");
-        assert!(keys.verify(&token).is_err());
-    }
-
-    #[test]
-    fn previous_secrets_verify_but_never_sign() {
-        use jsonwebtoken::errors::ErrorKind as J;
-        let claims = |exp_offset: i64| Claims {
-            sub: "alice".into(),
-            name: "Alice".into(),
-            perms: vec![],
-            super_admin: false,
-            exp: chrono::Utc::now().timestamp() + exp_offset,
-        };
-        let old = JwtKeys::from_secret(b"old-secret-0123456789").expect("keys");
-        let older = JwtKeys::from_secret(b"older-secret-0123456789").expect("keys");
-        let rotated = JwtKeys::from_secret(b"new-secret-0123456789")
-            .expect("keys")
-            .with_previous(&["old-secret-0123456789", "older-secret-0123456789"])
-            .expect("previous");
-        let fresh = JwtKeys::from_secret(b"new-secret-0123456789").expect("keys");
-
-        // Signed with a previous secret: accepted, in any position.
-        for keys in [&old, &older] {
-            let token = keys.mint(&claims(60)).expect("mint");
-            assert_eq!(rotated.verify(&token).expect("verify").sub, "alice");
-        }
-        // New tokens are signed with the current secret only.
-        let token = rotated.mint(&claims(60)).expect("mint");
-        assert!(fresh.verify(&token).is_ok());
-        assert!(old.verify(&token).is_err());
-        // Expired under a previous secret: reported as expired.
-        let token = old.mint(&claims(-3600)).expect("mint");
-        let e = rotated.verify(&token).expect_err("expired");
-        assert!(matches!(e.kind(), J::ExpiredSignature), "{e:?}");
-        // Signed with none of them: a bad signature.
-        let stranger = JwtKeys::from_secret(b"stranger-0123456789").expect("keys");
-        let token = stranger.mint(&claims(60)).expect("mint");
-        let e = rotated.verify(&token).expect_err("stranger");
-        assert!(matches!(e.kind(), J::InvalidSignature), "{e:?}");
-        // Without previous secrets, a rotated-away token is refused.
-        let token = old.mint(&claims(60)).expect("mint");
-        assert!(fresh.verify(&token).is_err());
     }
 }

@@ -7,7 +7,6 @@
 //! `ToSchema` structs in `dto` document the same rules.
 
 use chrono::{DateTime, FixedOffset};
-use qiwu_domain::Lang;
 use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ProblemFieldText, Text};
@@ -18,7 +17,6 @@ pub struct Fields {
     map: Map<String, Value>,
     errors: Vec<ProblemFieldText>,
     known: &'static [&'static str],
-    lang: Lang,
 }
 
 /// What a field must be, in both languages, for "must be …" messages.
@@ -41,29 +39,18 @@ impl Fields {
     /// The body's fields; anything but a JSON object is a 400. `known`
     /// lists the fields the body may have: others are reported by
     /// [`Fields::finish`].
-    pub fn new(
-        lang: Lang,
-        body: Value,
-        known: &'static [&'static str],
-    ) -> Result<Fields, ApiError> {
+    pub fn new(body: Value, known: &'static [&'static str]) -> Result<Fields, ApiError> {
         match body {
             Value::Object(map) => Ok(Fields {
                 map,
                 errors: Vec::new(),
                 known,
-                lang,
             }),
             _ => Err(ApiError::bad_request(
-                lang,
                 "请求体必须是一个 JSON 对象",
                 "The request body must be a JSON object",
             )),
         }
-    }
-
-    /// The request's language.
-    pub fn lang(&self) -> Lang {
-        self.lang
     }
 
     /// Records a problem with `field`.
@@ -268,7 +255,7 @@ impl Fields {
         if self.errors.is_empty() {
             Ok(())
         } else {
-            Err(ApiError::validation(self.lang, self.errors))
+            Err(ApiError::validation(self.errors))
         }
     }
 }
@@ -286,17 +273,20 @@ fn whole(v: &Value) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qiwu_domain::Lang;
     use serde_json::json;
 
     fn fields_of(e: ApiError) -> Vec<String> {
-        e.problem().errors.into_iter().map(|f| f.field).collect()
+        e.problem(Lang::Zh)
+            .errors
+            .into_iter()
+            .map(|f| f.field)
+            .collect()
     }
 
     #[test]
     fn every_bad_field_is_named() {
-        let mut f = Fields::new(
-            Lang::En,
-            json!({"a": "x", "b": 1, "c": 51, "d": "2026-02-30T00:00:00Z", "ids": [1, 0, "x"], "zz": 1}),
+        let mut f = Fields::new(json!({"a": "x", "b": 1, "c": 51, "d": "2026-02-30T00:00:00Z", "ids": [1, 0, "x"], "zz": 1}),
             &["a", "b", "c", "d", "ids", "e"],
         )
         .expect("object");
@@ -315,9 +305,7 @@ mod tests {
 
     #[test]
     fn good_values_are_read() {
-        let mut f = Fields::new(
-            Lang::Zh,
-            json!({"a": true, "n": 5.0, "t": "2026-02-28T08:00:00+08:00", "s": null, "ids": [9007199254740991_i64]}),
+        let mut f = Fields::new(json!({"a": true, "n": 5.0, "t": "2026-02-28T08:00:00+08:00", "s": null, "ids": [9007199254740991_i64]}),
             &["a", "n", "t", "s", "ids"],
         )
         .expect("object");
@@ -334,7 +322,6 @@ mod tests {
         const ALL: [&str; 2] = ["workdays", "exclude"];
         let code: fn(&'static str) -> &'static str = |s| s;
         let mut f = Fields::new(
-            Lang::En,
             json!({"a": "exclude", "b": null, "c": "Exclude", "d": 1, "e": ""}),
             &["a", "b", "c", "d", "e"],
         )
@@ -352,7 +339,7 @@ mod tests {
     #[test]
     fn only_objects_are_bodies() {
         for body in [json!([1]), json!("x"), json!(null), json!(3)] {
-            assert!(Fields::new(Lang::Zh, body, &[]).is_err());
+            assert!(Fields::new(body, &[]).is_err());
         }
     }
 
@@ -365,8 +352,7 @@ mod tests {
             json!([1.5]),
             json!(5),
         ] {
-            let mut f =
-                Fields::new(Lang::En, json!({"ids": bad.clone()}), &["ids"]).expect("object");
+            let mut f = Fields::new(json!({"ids": bad.clone()}), &["ids"]).expect("object");
             f.ids("ids", 1000);
             assert!(f.finish().is_err(), "{bad}");
         }

@@ -150,8 +150,8 @@ pub struct GroupCreate {
 
 impl GroupCreate {
     /// Reads a create body, each bad field named.
-    pub fn read(lang: Lang, body: Value) -> Result<GroupCreate, ApiError> {
-        let mut f = Fields::new(lang, body, &["code", "labelZh", "labelEn"])?;
+    pub fn read(body: Value) -> Result<GroupCreate, ApiError> {
+        let mut f = Fields::new(body, &["code", "labelZh", "labelEn"])?;
         let code = f.string("code", true);
         let label_zh = f.string("labelZh", true);
         let label_en = f.string("labelEn", false);
@@ -242,6 +242,12 @@ pub struct JobDto {
     pub paused_at: Option<DateTime<Utc>>,
     /// When the cluster enables the job again; null: until someone does.
     pub paused_until: Option<DateTime<Utc>>,
+}
+
+/// A job as the audit log keeps it: the API's JSON form, with the stored
+/// name (not a translation).
+pub fn job_json(job: &JobRecord) -> Option<Value> {
+    serde_json::to_value(JobDto::new(job.clone(), Lang::Zh)).ok()
 }
 
 impl JobDto {
@@ -950,8 +956,8 @@ pub struct EnabledRead {
 
 impl EnabledWrite {
     /// Reads the body at `now`, each bad field named.
-    pub fn read(lang: Lang, body: Value, now: DateTime<Utc>) -> Result<EnabledRead, ApiError> {
-        let mut f = Fields::new(lang, body, &["enabled", "version", "reason", "until"])?;
+    pub fn read(body: Value, now: DateTime<Utc>) -> Result<EnabledRead, ApiError> {
+        let mut f = Fields::new(body, &["enabled", "version", "reason", "until"])?;
         let enabled = f.boolean("enabled", true);
         let version = f.integer("version", 1, MAX_SAFE_INTEGER, false);
         let request = read_pause(&mut f, enabled, now);
@@ -1013,12 +1019,8 @@ pub enum BatchTarget {
 
 impl BatchEnabledWrite {
     /// Reads the body at `now`, each bad field named.
-    pub fn read(
-        lang: Lang,
-        body: Value,
-        now: DateTime<Utc>,
-    ) -> Result<(BatchTarget, PauseRequest), ApiError> {
-        let mut f = Fields::new(lang, body, &["ids", "group", "enabled", "reason", "until"])?;
+    pub fn read(body: Value, now: DateTime<Utc>) -> Result<(BatchTarget, PauseRequest), ApiError> {
+        let mut f = Fields::new(body, &["ids", "group", "enabled", "reason", "until"])?;
         let has_ids = f.value("ids").is_some();
         let group = f.string("group", false);
         let target = match (has_ids, group) {
@@ -1048,7 +1050,6 @@ impl BatchEnabledWrite {
             (Some(target), Some(request)) => Ok((target, request)),
             // `finish` reports whatever left one of them out.
             _ => Err(ApiError::bad_request(
-                lang,
                 "请求体不完整",
                 "The request body is incomplete",
             )),
@@ -1082,8 +1083,8 @@ impl IdList {
     pub const MAX: usize = 1000;
 
     /// The ids of a batch body, or a 400 naming `ids` (or the bad item).
-    pub fn read(lang: Lang, body: Value) -> Result<Vec<i64>, ApiError> {
-        let mut f = Fields::new(lang, body, &["ids"])?;
+    pub fn read(body: Value) -> Result<Vec<i64>, ApiError> {
+        let mut f = Fields::new(body, &["ids"])?;
         let ids = f.ids("ids", IdList::MAX);
         f.finish()?;
         Ok(ids)
@@ -1137,9 +1138,8 @@ pub const MAX_PREVIEW: i64 = 50;
 
 impl CronPreviewRequest {
     /// Reads the body, each bad field named.
-    pub fn read(lang: Lang, body: Value) -> Result<CronPreviewRequest, ApiError> {
+    pub fn read(body: Value) -> Result<CronPreviewRequest, ApiError> {
         let mut f = Fields::new(
-            lang,
             body,
             &[
                 "cron",

@@ -1,15 +1,24 @@
 //! The one mapping from every API failure to an HTTP problem response.
 //!
-//! Bodies are `application/problem+json` in the request's language. A 5xx
-//! body never carries the cause: the cause is logged in the request's log
-//! lines, which carry its request id, and the body repeats that id as
-//! `instance`.
+//! An `ApiError` is a value without a language: every text it holds is in
+//! both. The language is chosen when the error is rendered, from the
+//! request's `Accept-Language`, which the `observe` middleware keeps for
+//! the request (`observe::current_lang`), so handlers build errors with a
+//! bare `?` and never pass a language around.
+//!
+//! Bodies are `application/problem+json`. A 5xx body never carries the
+//! cause: the cause is logged in the request's log lines, which carry its
+//! request id, and the body repeats that id as `instance`.
 
 use std::fmt;
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use qiwu_domain::alert::ChannelFieldError;
+use qiwu_domain::calendar::user::CalendarFieldError;
+use qiwu_domain::freeze::FreezeFieldError;
+use qiwu_domain::notify::TemplateFieldError;
 use qiwu_domain::{FieldError, Lang};
 use qiwu_storage::StorageError;
 use serde::Serialize;
@@ -75,7 +84,25 @@ impl Text {
         }
     }
 
-    fn get(&self, lang: Lang) -> &str {
+    /// A text written by `write` in each language.
+    pub fn each(write: impl Fn(Lang) -> String) -> Text {
+        Text {
+            zh: write(Lang::Zh),
+            en: write(Lang::En),
+        }
+    }
+
+    /// The same words in both (a message that exists in one language only).
+    pub fn same(text: impl Into<String>) -> Text {
+        let text = text.into();
+        Text {
+            zh: text.clone(),
+            en: text,
+        }
+    }
+
+    /// The text in `lang`.
+    pub fn pick(&self, lang: Lang) -> &str {
         lang.pick(&self.zh, &self.en)
     }
 }
@@ -134,66 +161,110 @@ impl ProblemFieldText {
     }
 }
 
-impl From<&FieldError> for ProblemFieldText {
-    fn from(e: &FieldError) -> ProblemFieldText {
-        ProblemFieldText {
-            field: e.field.clone(),
-            message: Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-        }
-    }
+/// A domain error about one field of a body: the field, and what is wrong
+/// in either language. The domain's field error types implement it here,
+/// so [`field_errors`] is the one way they become a 400.
+pub trait FieldMessage {
+    fn field(&self) -> &str;
+    fn message(&self, lang: Lang) -> String;
 }
 
-/// An error on its way to becoming a response in `lang`.
-#[derive(Debug)]
-pub struct ApiError {
-    pub lang: Lang,
-    pub kind: ErrorKind,
+macro_rules! field_message {
+    ($($t:ty),* $(,)?) => {
+        $(
+            impl FieldMessage for $t {
+                fn field(&self) -> &str {
+                    &self.field
+                }
+
+                fn message(&self, lang: Lang) -> String {
+                    // The type's own method (inherent methods come first).
+                    <$t>::message(self, lang)
+                }
+            }
+        )*
+    };
 }
 
-impl ApiError {
-    pub fn new(lang: Lang, kind: ErrorKind) -> ApiError {
-        ApiError { lang, kind }
+field_message!(
+    FieldError,
+    ChannelFieldError,
+    FreezeFieldError,
+    CalendarFieldError,
+    TemplateFieldError,
+);
+
+/// Every field error of a domain check, in both languages, for a 400.
+pub fn field_errors<'a, E: FieldMessage + 'a>(
+    errors: impl IntoIterator<Item = &'a E>,
+) -> Vec<ProblemFieldText> {
+    errors
+        .into_iter()
+        .map(|e| ProblemFieldText::new(e.field(), Text::each(|lang| e.message(lang))))
+        .collect()
+}
+
+/// What a resource is called, in both languages, for the messages that
+/// name one ("Job 7 does not exist").
+#[derive(Debug, Clone, Copy)]
+pub struct Noun {
+    zh: &'static str,
+    en: &'static str,
+}
+
+impl Noun {
+    pub const JOB: Noun = Noun::new("任务", "Job");
+    pub const RUN: Noun = Noun::new("执行记录", "Run");
+    pub const JOB_GROUP: Noun = Noun::new("分组", "Job group");
+    /// A group as a freeze's scope names it.
+    pub const GROUP: Noun = Noun::new("分组", "Group");
+    pub const HANDLER: Noun = Noun::new("处理器", "Handler");
+    pub const CALENDAR: Noun = Noun::new("日历", "Calendar");
+    pub const FREEZE: Noun = Noun::new("冻结窗口", "Freeze");
+    pub const ALERT_CHANNEL: Noun = Noun::new("告警渠道", "Alert channel");
+    pub const TEMPLATE: Noun = Noun::new("站内信模板", "Notification template");
+    pub const NOTIFICATION: Noun = Noun::new("通知", "Notification");
+    pub const API_KEY: Noun = Noun::new("API 密钥", "API key");
+
+    const fn new(zh: &'static str, en: &'static str) -> Noun {
+        Noun { zh, en }
     }
 
-    pub fn validation(lang: Lang, errors: Vec<ProblemFieldText>) -> ApiError {
-        ApiError::new(lang, ErrorKind::Validation(errors))
-    }
-
-    pub fn field(
-        lang: Lang,
-        field: &str,
-        zh: impl Into<String>,
-        en: impl Into<String>,
-    ) -> ApiError {
-        ApiError::validation(lang, vec![ProblemFieldText::new(field, Text::new(zh, en))])
-    }
-
-    pub fn bad_request(lang: Lang, zh: impl Into<String>, en: impl Into<String>) -> ApiError {
-        ApiError::new(lang, ErrorKind::BadRequest(Text::new(zh, en)))
-    }
-
-    pub fn not_found(lang: Lang, zh: impl Into<String>, en: impl Into<String>) -> ApiError {
-        ApiError::new(lang, ErrorKind::NotFound(Text::new(zh, en)))
-    }
-
-    pub fn job_not_found(lang: Lang, id: i64) -> ApiError {
-        ApiError::not_found(
-            lang,
-            format!("任务 {id} 不存在"),
-            format!("Job {id} does not exist"),
+    /// "{noun} {key} does not exist".
+    pub fn missing(self, key: impl fmt::Display) -> Text {
+        Text::new(
+            format!("{} {key} 不存在", self.zh),
+            format!("{} {key} does not exist", self.en),
         )
     }
 
-    pub fn internal(
-        lang: Lang,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> ApiError {
-        ApiError::new(lang, ErrorKind::Internal(Box::new(source)))
+    /// "{noun} {key} already exists".
+    pub fn exists(self, key: impl fmt::Display) -> Text {
+        Text::new(
+            format!("{} {key} 已存在", self.zh),
+            format!("{} {key} already exists", self.en),
+        )
     }
+}
 
-    /// Maps a storage failure; callers handle `NotFound` themselves when the
-    /// resource deserves a specific message.
-    pub fn storage(lang: Lang, e: StorageError) -> ApiError {
+/// An error on its way to becoming a response; the language is chosen
+/// when it is rendered ([`ApiError::render`]).
+#[derive(Debug)]
+pub struct ApiError {
+    pub kind: ErrorKind,
+}
+
+impl From<ErrorKind> for ApiError {
+    fn from(kind: ErrorKind) -> ApiError {
+        ApiError { kind }
+    }
+}
+
+/// A storage failure, so handlers use a bare `?` on repository calls;
+/// callers handle `NotFound` themselves when the resource deserves a
+/// specific message.
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> ApiError {
         let kind = match e {
             StorageError::NotFound => ErrorKind::NotFound(Text::new("记录不存在", "Not found")),
             StorageError::StaleVersion { current } => ErrorKind::StaleVersion { current },
@@ -214,7 +285,43 @@ impl ApiError {
             )]),
             other => ErrorKind::Internal(Box::new(other)),
         };
-        ApiError::new(lang, kind)
+        ApiError::new(kind)
+    }
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind) -> ApiError {
+        ApiError { kind }
+    }
+
+    pub fn validation(errors: Vec<ProblemFieldText>) -> ApiError {
+        ApiError::new(ErrorKind::Validation(errors))
+    }
+
+    pub fn field(field: &str, zh: impl Into<String>, en: impl Into<String>) -> ApiError {
+        ApiError::validation(vec![ProblemFieldText::new(field, Text::new(zh, en))])
+    }
+
+    pub fn bad_request(zh: impl Into<String>, en: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::BadRequest(Text::new(zh, en)))
+    }
+
+    pub fn not_found(zh: impl Into<String>, en: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorKind::NotFound(Text::new(zh, en)))
+    }
+
+    /// A 404 naming the resource: "Job 7 does not exist".
+    pub fn missing(noun: Noun, key: impl fmt::Display) -> ApiError {
+        ApiError::new(ErrorKind::NotFound(noun.missing(key)))
+    }
+
+    /// A 409 naming the resource: "Calendar cn-ops already exists".
+    pub fn exists(noun: Noun, key: impl fmt::Display) -> ApiError {
+        ApiError::new(ErrorKind::Conflict(noun.exists(key)))
+    }
+
+    pub fn internal(source: impl std::error::Error + Send + Sync + 'static) -> ApiError {
+        ApiError::new(ErrorKind::Internal(Box::new(source)))
     }
 
     fn status_and_kind(&self) -> (StatusCode, &'static str) {
@@ -247,14 +354,13 @@ impl ApiError {
         }
     }
 
-    /// The problem document this error renders as.
-    pub fn problem(&self) -> Problem {
-        let lang = self.lang;
+    /// The problem document this error renders as in `lang`.
+    pub fn problem(&self, lang: Lang) -> Problem {
         let (status, kind) = self.status_and_kind();
         let (title, detail, errors) = match &self.kind {
             ErrorKind::Unauthenticated(t) => (
                 lang.pick("未登录或登录已失效", "Not signed in"),
-                t.get(lang).to_string(),
+                t.pick(lang).to_string(),
                 vec![],
             ),
             ErrorKind::Forbidden { needs } => (
@@ -265,15 +371,17 @@ impl ApiError {
                 },
                 vec![],
             ),
-            ErrorKind::NotFound(t) => {
-                (lang.pick("不存在", "Not found"), t.get(lang).into(), vec![])
-            }
+            ErrorKind::NotFound(t) => (
+                lang.pick("不存在", "Not found"),
+                t.pick(lang).into(),
+                vec![],
+            ),
             ErrorKind::NoSuchPath(f) => (
                 lang.pick("不存在", "Not found"),
-                f.message.get(lang).into(),
+                f.message.pick(lang).into(),
                 vec![ProblemField {
                     field: f.field.clone(),
-                    message: f.message.get(lang).into(),
+                    message: f.message.pick(lang).into(),
                 }],
             ),
             ErrorKind::MethodNotAllowed { allow } => (
@@ -313,35 +421,35 @@ impl ApiError {
             ),
             ErrorKind::TooManyRequests { text, .. } => (
                 lang.pick("请求过多", "Too many requests"),
-                text.get(lang).into(),
+                text.pick(lang).into(),
                 vec![],
             ),
             ErrorKind::Validation(fields) => (
                 lang.pick("输入有误", "Invalid input"),
                 fields
                     .iter()
-                    .map(|f| f.message.get(lang).to_string())
+                    .map(|f| f.message.pick(lang).to_string())
                     .collect::<Vec<_>>()
                     .join(lang.pick("；", "; ")),
                 fields
                     .iter()
                     .map(|f| ProblemField {
                         field: f.field.clone(),
-                        message: f.message.get(lang).to_string(),
+                        message: f.message.pick(lang).to_string(),
                     })
                     .collect(),
             ),
             ErrorKind::BadRequest(t) => (
                 lang.pick("请求无法处理", "Bad request"),
-                t.get(lang).into(),
+                t.pick(lang).into(),
                 vec![],
             ),
             ErrorKind::NameTaken(t) => (
                 lang.pick("名称已被使用", "Name taken"),
-                t.get(lang).into(),
+                t.pick(lang).into(),
                 vec![ProblemField {
                     field: "name".into(),
-                    message: t.get(lang).into(),
+                    message: t.pick(lang).into(),
                 }],
             ),
             ErrorKind::StaleVersion { current } => (
@@ -356,10 +464,10 @@ impl ApiError {
                 },
                 vec![],
             ),
-            ErrorKind::Conflict(t) => (lang.pick("冲突", "Conflict"), t.get(lang).into(), vec![]),
+            ErrorKind::Conflict(t) => (lang.pick("冲突", "Conflict"), t.pick(lang).into(), vec![]),
             ErrorKind::Unprocessable(t) => (
                 lang.pick("请求无法执行", "Unprocessable request"),
-                t.get(lang).into(),
+                t.pick(lang).into(),
                 vec![],
             ),
             ErrorKind::Internal(_) => (
@@ -398,7 +506,16 @@ impl ResponseError for ApiError {
         self.status_and_kind().0
     }
 
+    /// Rendered in the language of the request being handled.
     fn error_response(&self) -> HttpResponse {
+        self.render(crate::observe::current_lang())
+    }
+}
+
+impl ApiError {
+    /// The response in `lang`: status, headers and problem body. The cause
+    /// of a 5xx is logged here, once, in the request's span.
+    pub fn render(&self, lang: Lang) -> HttpResponse {
         if let ErrorKind::Internal(source) = &self.kind {
             tracing::error!(error = %source, cause = ?source.source(), "request failed");
         }
@@ -419,7 +536,7 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(self.problem())
+        response.json(self.problem(lang))
     }
 }
 
@@ -439,32 +556,29 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub fn json_config() -> actix_web::web::JsonConfig {
     actix_web::web::JsonConfig::default()
         .limit(MAX_BODY_BYTES)
-        .error_handler(|err, req| json_error(request_lang(req), &err).into())
+        .error_handler(|err, _req| json_error(&err).into())
 }
 
 /// The problem a body that cannot be read as JSON gets.
-pub fn json_error(lang: Lang, err: &actix_web::error::JsonPayloadError) -> ApiError {
+pub fn json_error(err: &actix_web::error::JsonPayloadError) -> ApiError {
     use actix_web::error::JsonPayloadError as E;
     match err {
         E::OverflowKnownLength { limit, .. } | E::Overflow { limit } => {
-            ApiError::new(lang, ErrorKind::PayloadTooLarge { limit: *limit })
+            ApiError::new(ErrorKind::PayloadTooLarge { limit: *limit })
         }
-        E::Payload(actix_web::error::PayloadError::Overflow) => ApiError::new(
-            lang,
-            ErrorKind::PayloadTooLarge {
+        E::Payload(actix_web::error::PayloadError::Overflow) => {
+            ApiError::new(ErrorKind::PayloadTooLarge {
                 limit: MAX_BODY_BYTES,
-            },
-        ),
-        E::ContentType => ApiError::new(lang, ErrorKind::UnsupportedMediaType),
+            })
+        }
+        E::ContentType => ApiError::new(ErrorKind::UnsupportedMediaType),
         E::Deserialize(e) if e.is_eof() && e.line() == 1 && e.column() == 0 => {
             ApiError::bad_request(
-                lang,
                 "缺少请求体：请发送一个 JSON 对象",
                 "The request body is missing: send a JSON object",
             )
         }
         E::Deserialize(e) => ApiError::bad_request(
-            lang,
             format!(
                 "请求体不是合法的 JSON（第 {} 行第 {} 列）",
                 e.line(),
@@ -478,7 +592,6 @@ pub fn json_error(lang: Lang, err: &actix_web::error::JsonPayloadError) -> ApiEr
             ),
         ),
         other => ApiError::bad_request(
-            lang,
             "请求体读取失败：请重新发送",
             format!("The request body could not be read: {other}"),
         ),
@@ -495,8 +608,7 @@ fn json_reason(e: &serde_json::Error) -> String {
 }
 
 pub fn query_config() -> actix_web::web::QueryConfig {
-    actix_web::web::QueryConfig::default().error_handler(|err, req| {
-        let lang = request_lang(req);
+    actix_web::web::QueryConfig::default().error_handler(|err, _req| {
         // Every query field is read as text and checked by `query`, so
         // only the query string's shape can fail here: a parameter given
         // twice, or bytes that are not UTF-8.
@@ -516,7 +628,7 @@ pub fn query_config() -> actix_web::web::QueryConfig {
                 format!("The query string must be UTF-8 name=value pairs ({text})"),
             )
         };
-        ApiError::field(lang, &field, zh, en).into()
+        ApiError::field(&field, zh, en).into()
     })
 }
 
@@ -530,7 +642,6 @@ fn backticked(text: &str) -> Option<&str> {
 
 pub fn path_config() -> actix_web::web::PathConfig {
     actix_web::web::PathConfig::default().error_handler(|_err, req| {
-        let lang = request_lang(req);
         // The only typed path segments are ids (`crate::query::Id`): name
         // the one that did not parse.
         let field = req
@@ -539,18 +650,17 @@ pub fn path_config() -> actix_web::web::PathConfig {
             .find(|(_, value)| crate::query::Id::parse(value).is_none())
             .map(|(name, _)| name.to_string())
             .unwrap_or_else(|| "id".to_string());
-        crate::query::Id::path_error(lang, &field).into()
+        crate::query::Id::path_error(&field).into()
     })
 }
 
 /// Answers routes that do not exist.
 pub async fn not_found(req: HttpRequest) -> HttpResponse {
     ApiError::not_found(
-        request_lang(&req),
         format!("接口 {} {} 不存在", req.method(), req.path()),
         format!("There is no endpoint {} {}", req.method(), req.path()),
     )
-    .error_response()
+    .render(request_lang(&req))
 }
 
 #[cfg(test)]
@@ -585,7 +695,7 @@ mod tests {
         ];
         let mut seen = std::collections::BTreeSet::new();
         for kind in kinds {
-            let problem = ApiError::new(Lang::En, kind).problem();
+            let problem = ApiError::new(kind).problem(Lang::En);
             assert!(
                 PROBLEM_TYPES.contains(&problem.kind.as_str()),
                 "{}",
@@ -594,5 +704,37 @@ mod tests {
             seen.insert(problem.kind);
         }
         assert_eq!(seen.len(), PROBLEM_TYPES.len());
+    }
+
+    #[test]
+    fn the_language_is_chosen_when_rendering() {
+        let e = ApiError::missing(Noun::JOB, 7);
+        assert_eq!(e.problem(Lang::Zh).detail, "任务 7 不存在");
+        assert_eq!(e.problem(Lang::En).detail, "Job 7 does not exist");
+        let e = ApiError::exists(Noun::CALENDAR, "ops");
+        assert_eq!(e.problem(Lang::En).detail, "Calendar ops already exists");
+        assert_eq!(e.problem(Lang::En).status, 409);
+        // Outside the middleware, the default language.
+        assert_eq!(crate::observe::current_lang(), Lang::Zh);
+    }
+
+    #[test]
+    fn storage_errors_convert() {
+        let e: ApiError = StorageError::StaleVersion { current: 3 }.into();
+        assert!(matches!(e.kind, ErrorKind::StaleVersion { current: 3 }));
+        let e: ApiError = StorageError::InvalidCursor.into();
+        assert_eq!(e.problem(Lang::En).errors[0].field, "cursor");
+    }
+
+    #[test]
+    fn field_errors_keep_both_languages() {
+        let errors = vec![FieldError {
+            field: "cron".into(),
+            problem: qiwu_domain::JobProblem::Required,
+        }];
+        let fields = field_errors(&errors);
+        assert_eq!(fields[0].field, "cron");
+        assert_eq!(fields[0].message.zh, errors[0].message(Lang::Zh));
+        assert_eq!(fields[0].message.en, errors[0].message(Lang::En));
     }
 }

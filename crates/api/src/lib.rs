@@ -11,6 +11,7 @@ mod document;
 pub mod dto;
 pub mod error;
 pub mod export;
+pub mod jwt;
 pub mod notify_dto;
 pub mod observe;
 pub mod ops;
@@ -27,7 +28,8 @@ use utoipa_actix_web::AppExt;
 use utoipa_actix_web::service_config::ServiceConfig;
 use utoipa_swagger_ui::SwaggerUi;
 
-pub use auth::{Claims, JwtKeys, Permission};
+pub use auth::Permission;
+pub use jwt::{Claims, JwtKeys};
 pub use state::{AppState, ChangeListener, NoListener};
 
 /// Registers every documented endpoint.

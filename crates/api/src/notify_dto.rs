@@ -66,8 +66,8 @@ fn setting_value() -> utoipa::openapi::schema::Schema {
 
 impl SettingWrite {
     /// Reads the body: `value` as text (a number is written as text).
-    pub fn read(lang: Lang, body: Value) -> Result<String, crate::error::ApiError> {
-        let mut f = crate::body::Fields::new(lang, body, &["value"])?;
+    pub fn read(body: Value) -> Result<String, crate::error::ApiError> {
+        let mut f = crate::body::Fields::new(body, &["value"])?;
         let value = match f.value("value") {
             Some(Value::String(s)) => s,
             Some(Value::Number(n)) => n.to_string(),
@@ -214,9 +214,8 @@ pub struct TemplateWrite {
 impl TemplateWrite {
     /// Reads the body; a missing text is reported as empty by the rules
     /// that follow, naming its field.
-    pub fn read(lang: Lang, body: Value) -> Result<TemplateWrite, crate::error::ApiError> {
-        let mut f =
-            crate::body::Fields::new(lang, body, &["titleZh", "bodyZh", "titleEn", "bodyEn"])?;
+    pub fn read(body: Value) -> Result<TemplateWrite, crate::error::ApiError> {
+        let mut f = crate::body::Fields::new(body, &["titleZh", "bodyZh", "titleEn", "bodyEn"])?;
         let title_zh = f.string("titleZh", false).unwrap_or_default();
         let body_zh = f.string("bodyZh", false).unwrap_or_default();
         let title_en = f.string("titleEn", false).unwrap_or_default();

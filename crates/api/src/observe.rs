@@ -6,6 +6,9 @@
 //!   answered in `X-Request-Id`, carried by the request's span (so every
 //!   log line of the request has it), and set as `instance` in 5xx problem
 //!   bodies.
+//! - The request's language (`Accept-Language`) is kept for the request,
+//!   so an error is rendered in it however deep it was built
+//!   (`current_lang`).
 //! - The span (`http.request`, named `METHOD /route/{template}` in traces)
 //!   continues the caller's W3C `traceparent` when tracing is on; probes
 //!   and `/metrics` get a span that is logged but never exported.
@@ -18,6 +21,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
+use qiwu_domain::Lang;
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -27,11 +31,18 @@ const MAX_REQUEST_ID: usize = 128;
 
 tokio::task_local! {
     static REQUEST_ID: String;
+    static REQUEST_LANG: Lang;
 }
 
 /// The id of the request being handled, inside the middleware.
 pub fn current_request_id() -> Option<String> {
     REQUEST_ID.try_with(Clone::clone).ok()
+}
+
+/// The language the request being handled asked for; outside the
+/// middleware, the default (Chinese), as for a request that names none.
+pub fn current_lang() -> Lang {
+    REQUEST_LANG.try_with(|lang| *lang).unwrap_or_default()
 }
 
 /// The caller's id when it is usable: short, and only URI-unreserved
@@ -109,8 +120,12 @@ pub async fn middleware(
             qiwu_telemetry::trace::set_parent(&span, parent, header("tracestate"));
         }
     }
+    let lang = crate::error::request_lang(req.request());
     let result = REQUEST_ID
-        .scope(request_id.clone(), next.call(req).instrument(span.clone()))
+        .scope(
+            request_id.clone(),
+            REQUEST_LANG.scope(lang, next.call(req).instrument(span.clone())),
+        )
         .await;
     let seconds = started.elapsed().as_secs_f64();
     match result {

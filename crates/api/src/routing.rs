@@ -6,7 +6,7 @@
 
 use actix_web::dev::ResourceDef;
 use actix_web::guard::{self, GuardContext};
-use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use utoipa::openapi::OpenApi;
 
 use crate::error::{ApiError, ErrorKind, request_lang};
@@ -95,8 +95,8 @@ pub fn register_guards(cfg: &mut web::ServiceConfig, doc: &OpenApi) {
                 .to(move |req: HttpRequest| {
                     let allow = allow.clone();
                     async move {
-                        ApiError::new(request_lang(&req), ErrorKind::MethodNotAllowed { allow })
-                            .error_response()
+                        ApiError::new(ErrorKind::MethodNotAllowed { allow })
+                            .render(request_lang(&req))
                     }
                 }),
         );
@@ -111,13 +111,10 @@ fn target_len(ctx: &GuardContext<'_>) -> usize {
 }
 
 async fn uri_too_long(req: HttpRequest) -> HttpResponse {
-    ApiError::new(
-        request_lang(&req),
-        ErrorKind::UriTooLong {
-            limit: MAX_URI_BYTES,
-        },
-    )
-    .error_response()
+    ApiError::new(ErrorKind::UriTooLong {
+        limit: MAX_URI_BYTES,
+    })
+    .render(request_lang(&req))
 }
 
 #[cfg(test)]

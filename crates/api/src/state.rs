@@ -6,7 +6,7 @@ use chrono_tz::Tz;
 use qiwu_domain::HandlerCatalog;
 use qiwu_storage::Store;
 
-use crate::auth::JwtKeys;
+use crate::jwt::JwtKeys;
 
 /// Told after a change is committed, so timers everywhere re-arm and
 /// queued fires start without waiting for the next reconciliation.

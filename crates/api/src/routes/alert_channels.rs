@@ -5,16 +5,15 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
-use qiwu_domain::alert::{self, ChannelFieldError};
+use qiwu_domain::alert;
 use qiwu_storage::{ChannelRecord, StorageError};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::Principal;
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::auth::{Need, perm};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
 use crate::state::AppState;
@@ -140,34 +139,11 @@ pub struct AlertChannelUpdate {
     pub secret: Option<String>,
 }
 
-fn field_errors(errors: Vec<ChannelFieldError>) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
-}
-
-fn not_found(lang: Lang, id: i64) -> ApiError {
-    ApiError::not_found(
-        lang,
-        format!("告警渠道 {id} 不存在"),
-        format!("Alert channel {id} does not exist"),
-    )
-}
-
-fn name_taken(lang: Lang, name: &str) -> ApiError {
-    ApiError::new(
-        lang,
-        ErrorKind::NameTaken(Text::new(
-            format!("告警渠道名称「{name}」已被使用：请换一个名称"),
-            format!("The alert channel name “{name}” is already taken: choose another name"),
-        )),
-    )
+fn name_taken(name: &str) -> ApiError {
+    ApiError::new(ErrorKind::NameTaken(Text::new(
+        format!("告警渠道名称「{name}」已被使用：请换一个名称"),
+        format!("The alert channel name “{name}” is already taken: choose another name"),
+    )))
 }
 
 /// A channel as the audit log keeps it: the shown form, never the secret.
@@ -189,15 +165,9 @@ fn audit_json(c: &ChannelRecord) -> Option<Value> {
 #[get("/api/alert-channels")]
 pub async fn list_alert_channels(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let items = state
-        .store
-        .alert_channels()
-        .list()
-        .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+    let items = state.store.alert_channels().list().await?;
     let items: Vec<AlertChannelDto> = items.into_iter().map(AlertChannelDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -223,22 +193,20 @@ pub async fn list_alert_channels(
 #[post("/api/alert-channels")]
 pub async fn create_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
-    let spec = alert::validate_channel(&body, None)
-        .map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let body = body_object(body.into_inner())?;
+    let spec =
+        alert::validate_channel(&body, None).map_err(|e| ApiError::validation(field_errors(&e)))?;
     let created = state
         .store
         .alert_channels()
         .create(&spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NameTaken => name_taken(lang, &spec.name),
-            other => ApiError::storage(lang, other),
+            StorageError::NameTaken => name_taken(&spec.name),
+            other => ApiError::from(other),
         })?;
     audit::record(
         &state,
@@ -280,19 +248,16 @@ pub async fn create_alert_channel(
 #[get("/api/alert-channels/{id}")]
 pub async fn get_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let channel = state
         .store
         .alert_channels()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     Ok(HttpResponse::Ok().json(AlertChannelDto::from(channel)))
 }
 
@@ -319,21 +284,18 @@ pub async fn get_alert_channel(
 #[put("/api/alert-channels/{id}")]
 pub async fn update_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let current = state
         .store
         .alert_channels()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     // Absent fields keep their value: the body goes over the stored ones.
     let mut input = Map::new();
     input.insert("name".into(), json!(current.name));
@@ -347,8 +309,8 @@ pub async fn update_alert_channel(
         (Ok(version), Ok(spec)) => (version, spec),
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
-            errors.extend(field_errors(spec.err().unwrap_or_default()));
-            return Err(ApiError::validation(lang, errors));
+            errors.extend(field_errors(&spec.err().unwrap_or_default()));
+            return Err(ApiError::validation(errors));
         }
     };
     let (before, after) = state
@@ -357,9 +319,9 @@ pub async fn update_alert_channel(
         .update(id, version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(lang, id),
-            StorageError::NameTaken => name_taken(lang, &spec.name),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::ALERT_CHANNEL, id),
+            StorageError::NameTaken => name_taken(&spec.name),
+            other => ApiError::from(other),
         })?;
     audit::record(
         &state,
@@ -394,17 +356,12 @@ pub async fn update_alert_channel(
 #[delete("/api/alert-channels/{id}")]
 pub async fn delete_alert_channel(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let repo = state.store.alert_channels();
-    let users = repo
-        .jobs_naming(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let users = repo.jobs_naming(id).await?;
     if !users.is_empty() {
         let list = users
             .iter()
@@ -412,25 +369,21 @@ pub async fn delete_alert_channel(
             .map(i64::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!(
-                    "还有 {} 个任务使用这个告警渠道（任务 ID：{list}）：请先从这些任务的 alertChannels 中移除",
-                    users.len()
-                ),
-                format!(
-                    "{} job(s) use this alert channel (job ids: {list}): remove it from their alertChannels first",
-                    users.len()
-                ),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!(
+                "还有 {} 个任务使用这个告警渠道（任务 ID：{list}）：请先从这些任务的 alertChannels 中移除",
+                users.len()
+            ),
+            format!(
+                "{} job(s) use this alert channel (job ids: {list}): remove it from their alertChannels first",
+                users.len()
+            ),
+        ))));
     }
     let deleted = repo
         .delete(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::ALERT_CHANNEL, id))?;
     audit::record(
         &state,
         &who,

@@ -4,15 +4,14 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
 use qiwu_storage::{ApiKeyRecord, StorageError};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::auth::{Need, Permission, perm};
+use crate::error::{ApiError, Noun, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::state::AppState;
 
@@ -108,25 +107,18 @@ fn audit_json(key: &ApiKeyRecord) -> Option<Value> {
 #[get("/api/api-keys")]
 pub async fn list_api_keys(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let keys = state
-        .store
-        .api_keys()
-        .list()
-        .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+    let keys = state.store.api_keys().list().await?;
     let items: Vec<ApiKeyDto> = keys.into_iter().map(ApiKeyDto::from).collect();
     Ok(HttpResponse::Ok().json(items))
 }
 
 /// The name and the permission codes (deduplicated, in the canonical
 /// order) of a create request, or a 400 naming every bad field.
-fn validate(lang: Lang, body: Value) -> Result<(String, Vec<String>), ApiError> {
+fn validate(body: Value) -> Result<(String, Vec<String>), ApiError> {
     let Value::Object(mut body) = body else {
         return Err(ApiError::bad_request(
-            lang,
             "请求体必须是一个 JSON 对象",
             "The request body must be a JSON object",
         ));
@@ -146,7 +138,7 @@ fn validate(lang: Lang, body: Value) -> Result<(String, Vec<String>), ApiError> 
     if errors.is_empty() {
         Ok((name, perms))
     } else {
-        Err(ApiError::validation(lang, errors))
+        Err(ApiError::validation(errors))
     }
 }
 
@@ -238,18 +230,16 @@ fn validate_perms(value: Option<Value>, errors: &mut Vec<ProblemFieldText>) -> V
 #[post("/api/api-keys")]
 pub async fn create_api_key(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
-    let (name, perms) = validate(lang, body.into_inner())?;
+    let (name, perms) = validate(body.into_inner())?;
     let (created, key) = state
         .store
         .api_keys()
         .create(&name, &perms, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     audit::record(
         &state,
         &who,
@@ -294,11 +284,9 @@ pub async fn create_api_key(
 #[delete("/api/api-keys/{id}")]
 pub async fn revoke_api_key(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let (revoked, newly) = state
         .store
@@ -306,12 +294,8 @@ pub async fn revoke_api_key(
         .revoke(id, Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::not_found(
-                lang,
-                format!("API 密钥 {id} 不存在"),
-                format!("API key {id} does not exist"),
-            ),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::API_KEY, id),
+            other => ApiError::from(other),
         })?;
     // A second revoke changes nothing, so it writes no audit entry.
     if newly {
@@ -338,17 +322,20 @@ pub async fn revoke_api_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qiwu_domain::Lang;
     use serde_json::json;
 
     fn fields(e: ApiError) -> Vec<String> {
-        e.problem().errors.into_iter().map(|f| f.field).collect()
+        e.problem(Lang::Zh)
+            .errors
+            .into_iter()
+            .map(|f| f.field)
+            .collect()
     }
 
     #[test]
     fn valid_body_is_trimmed_deduplicated_and_ordered() {
-        let (name, perms) = validate(
-            Lang::En,
-            json!({"name": "  wf service ", "perms": ["scheduler.task.view", "scheduler.task.run", "scheduler.task.view"]}),
+        let (name, perms) = validate(json!({"name": "  wf service ", "perms": ["scheduler.task.view", "scheduler.task.run", "scheduler.task.view"]}),
         )
         .expect("valid");
         assert_eq!(name, "wf service");
@@ -358,29 +345,20 @@ mod tests {
     #[test]
     fn every_bad_field_is_named() {
         let e = validate(
-            Lang::En,
             json!({"name": "", "perms": ["scheduler.task.run", "superAdmin", 3], "scope": 1}),
         )
         .expect_err("invalid");
         assert_eq!(fields(e), vec!["name", "perms/1", "perms/2", "scope"]);
-        let e = validate(Lang::Zh, json!({})).expect_err("invalid");
+        let e = validate(json!({})).expect_err("invalid");
         assert_eq!(fields(e), vec!["name", "perms"]);
-        let e =
-            validate(Lang::Zh, json!({"name": "x".repeat(65), "perms": []})).expect_err("invalid");
+        let e = validate(json!({"name": "x".repeat(65), "perms": []})).expect_err("invalid");
         assert_eq!(fields(e), vec!["name", "perms"]);
-        let e = validate(
-            Lang::Zh,
-            json!({"name": "a\u{7}b", "perms": "scheduler.task.run"}),
-        )
-        .expect_err("invalid");
+        let e = validate(json!({"name": "a\u{7}b", "perms": "scheduler.task.run"}))
+            .expect_err("invalid");
         assert_eq!(fields(e), vec!["name", "perms"]);
         assert!(
-            validate(
-                Lang::Zh,
-                json!({"name": "名".repeat(64), "perms": ["scheduler.run.view"]})
-            )
-            .is_ok()
+            validate(json!({"name": "名".repeat(64), "perms": ["scheduler.run.view"]})).is_ok()
         );
-        assert!(validate(Lang::Zh, json!([1])).is_err());
+        assert!(validate(json!([1])).is_err());
     }
 }

@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, get, web};
 use qiwu_storage::{AuditCursor, AuditFilter};
 
 use crate::audit::{Action, Target};
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::dto::{AuditDto, AuditPage, AuditQuery};
 use crate::error::{ApiError, Problem};
 use crate::query;
@@ -27,34 +27,27 @@ use crate::state::AppState;
 #[get("/api/audit-logs")]
 pub async fn list_audit_logs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     query: web::Query<AuditQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let q = query.into_inner();
     let actions: Vec<&str> = Action::ALL.iter().map(|a| a.code()).collect();
     let targets: Vec<&str> = Target::ALL.iter().map(|t| t.code()).collect();
     let filter = AuditFilter {
         actor: query::text(q.actor),
-        action: query::one_of(lang, "action", q.action, &actions)?,
-        target_type: query::one_of(lang, "targetType", q.target_type, &targets)?,
+        action: query::one_of("action", q.action, &actions)?,
+        target_type: query::one_of("targetType", q.target_type, &targets)?,
         target_id: query::text(q.target_id),
-        from: query::instant(lang, "from", q.from)?,
-        to: query::instant(lang, "to", q.to)?,
+        from: query::instant("from", q.from)?,
+        to: query::instant("to", q.to)?,
     };
-    query::range(lang, "to", filter.from, filter.to)?;
-    let limit = query::limit(lang, q.limit)?;
+    query::range("to", filter.from, filter.to)?;
+    let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| AuditCursor::decode(&c))
-        .transpose()
-        .map_err(|e| ApiError::storage(lang, e))?;
-    let (items, next) = state
-        .store
-        .audit()
-        .list(&filter, limit, cursor)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .transpose()?;
+    let (items, next) = state.store.audit().list(&filter, limit, cursor).await?;
     Ok(HttpResponse::Ok().json(AuditPage {
         items: items.into_iter().map(|a| AuditDto::new(a, lang)).collect(),
         next_cursor: next.map(|c| c.encode()),

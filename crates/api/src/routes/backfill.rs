@@ -4,7 +4,6 @@
 
 use actix_web::{HttpResponse, get, post, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
 use qiwu_domain::backfill::{self, BackfillError, MAX_FIRES, PlannedTime, TimeState};
 use qiwu_storage::{BackfillFire, BackfillRecord};
 use serde::Serialize;
@@ -12,9 +11,9 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::body::Fields;
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text};
 use crate::query::Id;
 use crate::routes::jobs::{job_schedule, job_zone};
 use crate::state::AppState;
@@ -175,15 +174,14 @@ const FIELDS: &[&str] = &["from", "to", "dryRun", "maxFires"];
 #[post("/api/jobs/{id}/backfill")]
 pub async fn create_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let now = Utc::now();
-    let mut fields = Fields::new(lang, body.into_inner(), FIELDS)?;
+    let mut fields = Fields::new(body.into_inner(), FIELDS)?;
     let from = required_instant(&mut fields, "from");
     let to = required_instant(&mut fields, "to");
     let dry_run = fields.boolean("dryRun", false).unwrap_or(false);
@@ -193,36 +191,29 @@ pub async fn create_backfill(
     fields.finish()?;
     let (Some(from), Some(to)) = (from, to) else {
         return Err(ApiError::bad_request(
-            lang,
             "缺少时间范围",
             "The range is missing",
         ));
     };
     let problems = backfill::check_request(from, to, now, max_fires);
     if !problems.is_empty() {
-        return Err(refused(lang, &problems));
+        return Err(refused(&problems));
     }
     let job = state
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| ApiError::job_not_found(lang, id))?;
-    let tz = job_zone(&state, &job);
-    let schedule = job_schedule(&state, lang, &job, job.cron.clone(), tz)
         .await?
-        .map_err(|why| ApiError::new(lang, ErrorKind::Conflict(Text::new(why.clone(), why))))?;
-    let covered = state
-        .store
-        .backfills()
-        .covered(id, from, to)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))?;
+    let tz = job_zone(&state, &job);
+    let schedule = job_schedule(&state, &job, job.cron.clone(), tz)
+        .await?
+        .map_err(|why| ApiError::new(ErrorKind::Conflict(why)))?;
+    let covered = state.store.backfills().covered(id, from, to).await?;
     let owned = job.enabled.then_some(job.schedule_from);
     let max = u32::try_from(max_fires).unwrap_or(MAX_FIRES);
-    let planned = backfill::plan(&schedule, from, to, max, &covered, owned)
-        .map_err(|e| refused(lang, &[e]))?;
+    let planned =
+        backfill::plan(&schedule, from, to, max, &covered, owned).map_err(|e| refused(&[e]))?;
     let missing: Vec<DateTime<Utc>> = planned
         .iter()
         .filter(|p| p.state == TimeState::Missing)
@@ -243,8 +234,7 @@ pub async fn create_backfill(
         .store
         .backfills()
         .create(id, from, to, &missing, &who.actor(), now)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     let backfill_id = created.record.id;
     // The first fire is released here; each next one when its
     // predecessor ends (or at an instance's pending poll).
@@ -252,8 +242,7 @@ pub async fn create_backfill(
         .store
         .backfills()
         .advance(backfill_id, None, &|_, _| true, now)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     if let Some(fire) = first {
         state.changes.fire_queued(fire);
     }
@@ -319,22 +308,16 @@ pub async fn create_backfill(
 #[get("/api/jobs/{id}/backfill/{backfillId}")]
 pub async fn get_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::TaskRun>,
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
-    let lang = who.lang;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let record = repo
         .get(job_id, id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, job_id, id))?;
-    let fires = repo
-        .fires(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?
+        .ok_or_else(|| not_found(job_id, id))?;
+    let fires = repo.fires(id).await?;
     Ok(HttpResponse::Ok().json(BackfillDto::new(record, fires)))
 }
 
@@ -358,18 +341,15 @@ pub async fn get_backfill(
 #[post("/api/jobs/{id}/backfill/{backfillId}/cancel")]
 pub async fn cancel_backfill(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     path: web::Path<(Id, Id)>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
-    let lang = who.lang;
     let (Id(job_id), Id(id)) = path.into_inner();
     let repo = state.store.backfills();
     let cancelled = repo
         .cancel(job_id, id, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, job_id, id))?;
+        .await?
+        .ok_or_else(|| not_found(job_id, id))?;
     for run in &cancelled.runs {
         state.changes.run_cancel_requested(*run);
     }
@@ -395,10 +375,7 @@ pub async fn cancel_backfill(
         .await;
         tracing::info!(job = job_id, backfill = id, dropped = cancelled.dropped, actor = %who.sub, "backfill cancelled");
     }
-    let fires = repo
-        .fires(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let fires = repo.fires(id).await?;
     Ok(HttpResponse::Accepted().json(BackfillDto::new(cancelled.record, fires)))
 }
 
@@ -428,16 +405,15 @@ fn times(planned: &[PlannedTime], taken: &[DateTime<Utc>]) -> Vec<BackfillTimeDt
         .collect()
 }
 
-fn not_found(lang: Lang, job_id: i64, id: i64) -> ApiError {
+fn not_found(job_id: i64, id: i64) -> ApiError {
     ApiError::not_found(
-        lang,
         format!("任务 {job_id} 没有补跑 {id}"),
         format!("Job {job_id} has no backfill {id}"),
     )
 }
 
 /// The 400 of a refused request, each problem naming its field.
-fn refused(lang: Lang, problems: &[BackfillError]) -> ApiError {
+fn refused(problems: &[BackfillError]) -> ApiError {
     let errors = problems
         .iter()
         .map(|p| match p {
@@ -481,5 +457,5 @@ fn refused(lang: Lang, problems: &[BackfillError]) -> ApiError {
             ),
         })
         .collect();
-    ApiError::validation(lang, errors)
+    ApiError::validation(errors)
 }

@@ -5,56 +5,31 @@ use std::sync::Arc;
 
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
-use qiwu_domain::calendar::user::{self, CalendarFieldError};
+use qiwu_domain::calendar::user;
 use qiwu_domain::calendar::{Calendar, builtin};
 use qiwu_storage::StorageError;
 use serde_json::{Map, Value};
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::calendar_dto::{CalendarCreate, CalendarDto, CalendarSummaryDto, CalendarUpdate};
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::MAX_SAFE_INTEGER;
 use crate::state::AppState;
 
-fn not_found(lang: Lang, code: &str) -> ApiError {
-    ApiError::not_found(
-        lang,
-        format!("日历 {code} 不存在"),
-        format!("Calendar {code} does not exist"),
-    )
+fn read_only(code: &str) -> ApiError {
+    ApiError::new(ErrorKind::Conflict(Text::new(
+        format!("日历 {code} 是内置日历，不能修改或删除；需要别的日期请新建一个日历"),
+        format!(
+            "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
+        ),
+    )))
 }
 
-fn read_only(lang: Lang, code: &str) -> ApiError {
-    ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!("日历 {code} 是内置日历，不能修改或删除；需要别的日期请新建一个日历"),
-            format!(
-                "Calendar {code} is built in and cannot be changed or deleted; create a calendar of your own for other dates"
-            ),
-        )),
-    )
-}
-
-fn field_errors(errors: Vec<CalendarFieldError>) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
-}
-
-pub(crate) fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
-            lang,
             "请求体必须是一个 JSON 对象",
             "The request body must be a JSON object",
         )),
@@ -96,7 +71,6 @@ pub(crate) fn version_of(body: &Map<String, Value>) -> Result<i64, ProblemFieldT
 /// The calendar a code names, built-in or stored; `None` when there is none.
 pub async fn find_calendar(
     state: &AppState,
-    lang: Lang,
     code: &str,
 ) -> Result<Option<Arc<Calendar>>, ApiError> {
     if let Some(cal) = builtin::find(code) {
@@ -107,35 +81,19 @@ pub async fn find_calendar(
     if !user::valid_code(code) {
         return Ok(None);
     }
-    let Some(record) = state
-        .store
-        .calendars()
-        .get(code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-    else {
+    let Some(record) = state.store.calendars().get(code).await? else {
         return Ok(None);
     };
-    record
-        .to_calendar()
-        .map(|c| Some(Arc::new(c)))
-        .map_err(|e| ApiError::storage(lang, e))
+    Ok(Some(Arc::new(record.to_calendar()?)))
 }
 
 /// Every calendar code a job may name: the built-in ones, then the stored.
-pub async fn calendar_codes(state: &AppState, lang: Lang) -> Result<Vec<String>, ApiError> {
+pub async fn calendar_codes(state: &AppState) -> Result<Vec<String>, ApiError> {
     let mut codes: Vec<String> = builtin::BUILTIN_CODES
         .iter()
         .map(|c| c.to_string())
         .collect();
-    codes.extend(
-        state
-            .store
-            .calendars()
-            .codes()
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?,
-    );
+    codes.extend(state.store.calendars().codes().await?);
     Ok(codes)
 }
 
@@ -159,9 +117,8 @@ fn calendar_json(dto: &CalendarDto) -> Option<Value> {
 #[get("/api/calendars")]
 pub async fn list_calendars(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let mut items: Vec<CalendarSummaryDto> = builtin::BUILTIN_CODES
         .iter()
@@ -173,8 +130,7 @@ pub async fn list_calendars(
             .store
             .calendars()
             .list()
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?
+            .await?
             .into_iter()
             .map(CalendarSummaryDto::user),
     );
@@ -198,25 +154,23 @@ pub async fn list_calendars(
 #[get("/api/calendars/{code}")]
 pub async fn get_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let code = code.into_inner();
     if let Some(cal) = builtin::find(&code) {
         return Ok(HttpResponse::Ok().json(CalendarDto::builtin(&cal, lang)));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
     let record = state
         .store
         .calendars()
         .get(&code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, &code))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::CALENDAR, &code))?;
     Ok(HttpResponse::Ok().json(CalendarDto::user(record)))
 }
 
@@ -251,28 +205,19 @@ pub async fn get_calendar(
 #[post("/api/calendars")]
 pub async fn create_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
-    let spec =
-        user::validate(&body, None).map_err(|e| ApiError::validation(lang, field_errors(e)))?;
+    let body = body_object(body.into_inner())?;
+    let spec = user::validate(&body, None).map_err(|e| ApiError::validation(field_errors(&e)))?;
     let created = state
         .store
         .calendars()
         .create(&spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::AlreadyExists => ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
-                    format!("日历 {} 已存在", spec.code),
-                    format!("Calendar {} already exists", spec.code),
-                )),
-            ),
-            other => ApiError::storage(lang, other),
+            StorageError::AlreadyExists => ApiError::exists(Noun::CALENDAR, &spec.code),
+            other => ApiError::from(other),
         })?;
     let dto = CalendarDto::user(created);
     audit::record(
@@ -323,20 +268,18 @@ pub async fn create_calendar(
 #[put("/api/calendars/{code}")]
 pub async fn update_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
-        return Err(read_only(lang, &code));
+        return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     // Every bad field in one answer: the version's problem with the rest.
     let version = version_of(&body);
     let spec = user::validate(&body, Some(&code));
@@ -344,8 +287,8 @@ pub async fn update_calendar(
         (Ok(version), Ok(spec)) => (version, spec),
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
-            errors.extend(field_errors(spec.err().unwrap_or_default()));
-            return Err(ApiError::validation(lang, errors));
+            errors.extend(field_errors(&spec.err().unwrap_or_default()));
+            return Err(ApiError::validation(errors));
         }
     };
     let (before, after, jobs) = state
@@ -354,8 +297,8 @@ pub async fn update_calendar(
         .update(version, &spec, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => not_found(lang, &code),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::CALENDAR, &code),
+            other => ApiError::from(other),
         })?;
     // The jobs naming it start a new schedule with the new dates.
     for id in jobs {
@@ -395,17 +338,15 @@ pub async fn update_calendar(
 #[delete("/api/calendars/{code}")]
 pub async fn delete_calendar(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     if builtin::is_builtin(&code) {
-        return Err(read_only(lang, &code));
+        return Err(read_only(&code));
     }
     if !user::valid_code(&code) {
-        return Err(not_found(lang, &code));
+        return Err(ApiError::missing(Noun::CALENDAR, &code));
     }
     // A calendar a job names is refused, as a job group still in use is:
     // the job would otherwise stop firing without anyone deciding it.
@@ -415,10 +356,10 @@ pub async fn delete_calendar(
         .delete(&code)
         .await
         .map_err(|e| match e {
-            StorageError::InUse(jobs) => in_use(lang, &code, &jobs),
-            other => ApiError::storage(lang, other),
+            StorageError::InUse(jobs) => in_use(&code, &jobs),
+            other => ApiError::from(other),
         })?
-        .ok_or_else(|| not_found(lang, &code))?;
+        .ok_or_else(|| ApiError::missing(Noun::CALENDAR, &code))?;
     let dto = CalendarDto::user(deleted);
     audit::record(
         &state,
@@ -436,7 +377,7 @@ pub async fn delete_calendar(
 }
 
 /// 409: jobs still name the calendar.
-fn in_use(lang: Lang, code: &str, jobs: &[i64]) -> ApiError {
+fn in_use(code: &str, jobs: &[i64]) -> ApiError {
     const SHOWN: usize = 20;
     let mut ids: Vec<String> = jobs.iter().take(SHOWN).map(i64::to_string).collect();
     if jobs.len() > SHOWN {
@@ -444,13 +385,10 @@ fn in_use(lang: Lang, code: &str, jobs: &[i64]) -> ApiError {
     }
     let ids = ids.join(", ");
     let n = jobs.len();
-    ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!(
-                "还有 {n} 个任务使用日历 {code}（任务 {ids}）：请先让这些任务改用其他日历或不用日历"
-            ),
-            format!("{n} jobs still use calendar {code} (jobs {ids}): change their calendar first"),
-        )),
-    )
+    ApiError::new(ErrorKind::Conflict(Text::new(
+        format!(
+            "还有 {n} 个任务使用日历 {code}（任务 {ids}）：请先让这些任务改用其他日历或不用日历"
+        ),
+        format!("{n} jobs still use calendar {code} (jobs {ids}): change their calendar first"),
+    )))
 }

@@ -4,30 +4,24 @@
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
 use chrono_tz::Tz;
+use qiwu_domain::CronExpr;
 use qiwu_domain::job::{FieldError, JobProblem};
 use qiwu_domain::schedule::{Schedule, ScheduleError};
-use qiwu_domain::{CronExpr, Lang};
 
 use crate::auth::Principal;
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{CronPreviewRequest, CronPreviewResponse, in_zone};
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, Problem, field_errors};
 use crate::routes::calendars::find_calendar;
 use crate::state::AppState;
 
 /// A domain field error as a 400.
-fn field_error(lang: Lang, field: &str, problem: JobProblem) -> ApiError {
+fn field_error(field: &str, problem: JobProblem) -> ApiError {
     let e = FieldError {
         field: field.to_string(),
         problem,
     };
-    ApiError::validation(
-        lang,
-        vec![ProblemFieldText::new(
-            field,
-            Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-        )],
-    )
+    ApiError::validation(field_errors([&e]))
 }
 
 /// Describes an expression and lists its next fire times; an invalid
@@ -63,7 +57,7 @@ pub async fn preview(
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
     let lang = who.lang;
-    let body = CronPreviewRequest::read(lang, body.into_inner())?;
+    let body = CronPreviewRequest::read(body.into_inner())?;
     let count = body.count.unwrap_or(5);
     let tz = match body
         .timezone
@@ -74,7 +68,6 @@ pub async fn preview(
         None => state.timezone,
         Some(name) => name.parse::<Tz>().map_err(|_| {
             ApiError::field(
-                lang,
                 "timezone",
                 format!("时区 {name} 不存在：请填写 IANA 时区名，比如 Asia/Shanghai"),
                 format!("Time zone {name} does not exist: use an IANA name such as Asia/Shanghai"),
@@ -90,26 +83,14 @@ pub async fn preview(
     let calendar = match (calendar_code, rule) {
         (None, None) => None,
         (None, Some(_)) => {
-            return Err(field_error(
-                lang,
-                "calendarRule",
-                JobProblem::CalendarRuleAlone,
-            ));
+            return Err(field_error("calendarRule", JobProblem::CalendarRuleAlone));
         }
         (Some(_), None) => {
-            return Err(field_error(
-                lang,
-                "calendarRule",
-                JobProblem::CalendarWithoutRule,
-            ));
+            return Err(field_error("calendarRule", JobProblem::CalendarWithoutRule));
         }
         (Some(code), Some(rule)) => {
-            let cal = find_calendar(&state, lang, code).await?.ok_or_else(|| {
-                field_error(
-                    lang,
-                    "calendar",
-                    JobProblem::UnknownCalendar(code.to_string()),
-                )
+            let cal = find_calendar(&state, code).await?.ok_or_else(|| {
+                field_error("calendar", JobProblem::UnknownCalendar(code.to_string()))
             })?;
             Some((cal, rule))
         }
@@ -142,7 +123,7 @@ pub async fn preview(
                 };
                 return Ok(HttpResponse::Ok().json(invalid(e.message(lang))));
             }
-            Err(e) => return Err(ApiError::internal(lang, e)),
+            Err(e) => return Err(ApiError::internal(e)),
         };
     }
     let times = schedule.upcoming(from, count as usize);

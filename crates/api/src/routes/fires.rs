@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::body::Fields;
-use crate::error::{ApiError, ErrorKind, MAX_BODY_BYTES, Problem, ProblemFieldText, Text};
+use crate::error::{ApiError, ErrorKind, MAX_BODY_BYTES, Noun, Problem, ProblemFieldText, Text};
 
 /// What a refused run-once tells the caller to wait: about the time an
 /// instance takes to start queued fires (their poll runs every 5 s).
@@ -115,24 +115,22 @@ pub struct RunOnceAccepted {
 #[post("/api/jobs/{id}/run")]
 pub async fn run_once(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let key = idempotency_key(&who, &req)?;
-    let body = read_body(lang, &req, payload).await?;
+    let key = idempotency_key(&req)?;
+    let body = read_body(&req, payload).await?;
     let now = Utc::now();
     let job = state
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| ApiError::job_not_found(lang, id))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))?;
     let idem = key.as_deref().map(|key| IdempotencyKey {
         caller: &who.sub,
         key,
@@ -140,41 +138,28 @@ pub async fn run_once(
     });
     // A repeated key answers its fire, whatever the queue holds now.
     if let Some(idem) = &idem
-        && let Some(found) = state
-            .store
-            .fires()
-            .keyed(idem, now)
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?
+        && let Some(found) = state.store.fires().keyed(idem, now).await?
     {
         return replayed(lang, id, found);
     }
-    crate::routes::freezes::refuse_if_frozen(&state, lang, &job, now).await?;
+    crate::routes::freezes::refuse_if_frozen(&state, &job, now).await?;
     // Bound the queue: each pending fire becomes a task when an instance
     // takes it. Counting first lets a few concurrent requests pass the
     // bound together, which is harmless; an unbounded queue is not.
-    let pending = state
-        .store
-        .fires()
-        .pending_count(job.id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let pending = state.store.fires().pending_count(job.id).await?;
     if pending >= state.max_pending_run_once {
         let limit = state.max_pending_run_once;
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::TooManyRequests {
-                text: Text::new(
-                    format!(
-                        "任务 {id} 已有 {pending} 次“执行一次”在排队（上限 {limit}）：请等它们开始后再试"
-                    ),
-                    format!(
-                        "Job {id} already has {pending} run-once fires waiting (at most {limit}): try again once they have started"
-                    ),
+        return Err(ApiError::new(ErrorKind::TooManyRequests {
+            text: Text::new(
+                format!(
+                    "任务 {id} 已有 {pending} 次“执行一次”在排队（上限 {limit}）：请等它们开始后再试"
                 ),
-                retry_after_secs: RETRY_AFTER_SECS,
-            },
-        ));
+                format!(
+                    "Job {id} already has {pending} run-once fires waiting (at most {limit}): try again once they have started"
+                ),
+            ),
+            retry_after_secs: RETRY_AFTER_SECS,
+        }));
     }
     // The fire's trace continues this request's.
     let traceparent = qiwu_telemetry::trace::traceparent(&tracing::Span::current());
@@ -191,12 +176,9 @@ pub async fn run_once(
             Ok(ManualQueued::Created(fire_id)) => fire_id,
             // A concurrent request with the key won.
             Ok(ManualQueued::Existing(found)) => return replayed(lang, id, found),
-            Err(e) => return Err(ApiError::storage(lang, e)),
+            Err(e) => return Err(e.into()),
         },
-        None => fires
-            .create_manual_request(&request)
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?,
+        None => fires.create_manual_request(&request).await?,
     };
     state.changes.fire_queued(fire_id);
     tracing::info!(job = id, fire = fire_id, actor = %who.sub, "run once queued");
@@ -239,17 +221,14 @@ fn replayed(
 ) -> Result<HttpResponse, ApiError> {
     if found.job_id != job_id {
         let other = found.job_id;
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Unprocessable(Text::new(
-                format!(
-                    "这个 Idempotency-Key 已用于执行任务 {other}：同一个键不能再执行任务 {job_id}，请换一个键"
-                ),
-                format!(
-                    "This Idempotency-Key already ran job {other}: it cannot run job {job_id}; use another key"
-                ),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Unprocessable(Text::new(
+            format!(
+                "这个 Idempotency-Key 已用于执行任务 {other}：同一个键不能再执行任务 {job_id}，请换一个键"
+            ),
+            format!(
+                "This Idempotency-Key already ran job {other}: it cannot run job {job_id}; use another key"
+            ),
+        ))));
     }
     Ok(HttpResponse::Ok().json(RunOnceAccepted {
         fire_id: found.fire_id,
@@ -263,7 +242,7 @@ fn replayed(
 }
 
 /// The checked `Idempotency-Key` header, if sent.
-fn idempotency_key(who: &Principal, req: &HttpRequest) -> Result<Option<String>, ApiError> {
+fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let mut values = req.headers().get_all(IDEMPOTENCY_KEY);
     let Some(value) = values.next() else {
         return Ok(None);
@@ -279,34 +258,26 @@ fn idempotency_key(who: &Principal, req: &HttpRequest) -> Result<Option<String>,
             ),
         }
     };
-    Err(ApiError::validation(
-        who.lang,
-        vec![ProblemFieldText::new(IDEMPOTENCY_KEY, problem)],
-    ))
+    Err(ApiError::validation(vec![ProblemFieldText::new(
+        IDEMPOTENCY_KEY,
+        problem,
+    )]))
 }
 
 /// The optional JSON body: nothing (or only blanks) is no body.
-async fn read_body(
-    lang: qiwu_domain::Lang,
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> Result<RunOnceRequest, ApiError> {
+async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<RunOnceRequest, ApiError> {
     let bytes = match payload.to_bytes_limited(MAX_BODY_BYTES).await {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(_)) => {
             return Err(ApiError::bad_request(
-                lang,
                 "请求体读取失败：请重新发送",
                 "The request body could not be read: send it again",
             ));
         }
         Err(_) => {
-            return Err(ApiError::new(
-                lang,
-                ErrorKind::PayloadTooLarge {
-                    limit: MAX_BODY_BYTES,
-                },
-            ));
+            return Err(ApiError::new(ErrorKind::PayloadTooLarge {
+                limit: MAX_BODY_BYTES,
+            }));
         }
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -316,14 +287,14 @@ async fn read_body(
     let json = content_type == "application/json"
         || (content_type.starts_with("application/") && content_type.ends_with("+json"));
     if !json {
-        return Err(ApiError::new(lang, ErrorKind::UnsupportedMediaType));
+        return Err(ApiError::new(ErrorKind::UnsupportedMediaType));
     }
     let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        crate::error::json_error(lang, &actix_web::error::JsonPayloadError::Deserialize(e))
+        crate::error::json_error(&actix_web::error::JsonPayloadError::Deserialize(e))
     })?;
     // An empty body is no body; a JSON body is the object the document
     // describes (`null` included in what is refused).
-    let mut fields = Fields::new(lang, value, &["callbackUrl"])?;
+    let mut fields = Fields::new(value, &["callbackUrl"])?;
     fields.forbid(
         "params",
         "执行一次只用任务保存的参数，不能在执行时覆盖：请先修改任务",

@@ -6,16 +6,15 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::{DateTime, Utc};
-use qiwu_domain::Lang;
-use qiwu_domain::freeze::{self, FreezeFieldError, FreezeScope, FreezeSpec};
+use qiwu_domain::freeze::{self, FreezeScope, FreezeSpec};
 use qiwu_storage::{FreezeRecord, FreezeRefusal, JobRecord};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::Principal;
-use crate::error::{ApiError, ErrorKind, Problem, ProblemFieldText, Text};
+use crate::auth::{Need, perm};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, ProblemFieldText, Text, field_errors};
 use crate::query::Id;
 use crate::routes::calendars::{body_object, version_of};
 use crate::state::AppState;
@@ -162,42 +161,19 @@ pub struct FreezeUpdate {
     pub reason: String,
 }
 
-fn field_errors(errors: &[FreezeFieldError]) -> Vec<ProblemFieldText> {
-    errors
-        .iter()
-        .map(|e| {
-            ProblemFieldText::new(
-                e.field.clone(),
-                Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-            )
-        })
-        .collect()
-}
-
-fn not_found(lang: Lang, id: i64) -> ApiError {
-    ApiError::not_found(
-        lang,
-        format!("冻结窗口 {id} 不存在"),
-        format!("Freeze {id} does not exist"),
-    )
-}
-
-fn started(lang: Lang, f: &FreezeRecord) -> ApiError {
-    ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!(
-                "冻结窗口 {} 已于 {} 开始：开始后不能再修改或删除",
-                f.id,
-                f.from.to_rfc3339()
-            ),
-            format!(
-                "Freeze {} started at {}: a freeze cannot be changed or deleted once it has started",
-                f.id,
-                f.from.to_rfc3339()
-            ),
-        )),
-    )
+fn started(f: &FreezeRecord) -> ApiError {
+    ApiError::new(ErrorKind::Conflict(Text::new(
+        format!(
+            "冻结窗口 {} 已于 {} 开始：开始后不能再修改或删除",
+            f.id,
+            f.from.to_rfc3339()
+        ),
+        format!(
+            "Freeze {} started at {}: a freeze cannot be changed or deleted once it has started",
+            f.id,
+            f.from.to_rfc3339()
+        ),
+    )))
 }
 
 fn audit_json(f: &FreezeRecord) -> Option<Value> {
@@ -205,41 +181,21 @@ fn audit_json(f: &FreezeRecord) -> Option<Value> {
 }
 
 /// Checks what the scope names exists (400 naming the field otherwise).
-async fn check_scope(state: &AppState, lang: Lang, spec: &FreezeSpec) -> Result<(), ApiError> {
+async fn check_scope(state: &AppState, spec: &FreezeSpec) -> Result<(), ApiError> {
     let missing = match &spec.scope {
         FreezeScope::All => None,
         FreezeScope::Group(code) => state
             .store
             .groups()
             .get(code)
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?
+            .await?
             .is_none()
-            .then(|| {
-                (
-                    "group",
-                    Text::new(
-                        format!("分组 {code} 不存在"),
-                        format!("Group {code} does not exist"),
-                    ),
-                )
-            }),
-        FreezeScope::Handler(name) => (!state.catalog.contains(name)).then(|| {
-            (
-                "handler",
-                Text::new(
-                    format!("处理器 {name} 不存在"),
-                    format!("Handler {name} does not exist"),
-                ),
-            )
-        }),
+            .then(|| ("group", Noun::GROUP.missing(code))),
+        FreezeScope::Handler(name) => {
+            (!state.catalog.contains(name)).then(|| ("handler", Noun::HANDLER.missing(name)))
+        }
         FreezeScope::JobIds(ids) => {
-            let found = state
-                .store
-                .jobs()
-                .get_many(ids)
-                .await
-                .map_err(|e| ApiError::storage(lang, e))?;
+            let found = state.store.jobs().get_many(ids).await?;
             let unknown: Vec<String> = ids
                 .iter()
                 .filter(|id| !found.contains_key(id))
@@ -260,10 +216,9 @@ async fn check_scope(state: &AppState, lang: Lang, spec: &FreezeSpec) -> Result<
     };
     match missing {
         None => Ok(()),
-        Some((field, text)) => Err(ApiError::validation(
-            lang,
-            vec![ProblemFieldText::new(field, text)],
-        )),
+        Some((field, text)) => Err(ApiError::validation(vec![ProblemFieldText::new(
+            field, text,
+        )])),
     }
 }
 
@@ -273,7 +228,6 @@ async fn check_scope(state: &AppState, lang: Lang, spec: &FreezeSpec) -> Result<
 /// it guards against.
 pub(crate) async fn refuse_if_frozen(
     state: &AppState,
-    lang: Lang,
     job: &JobRecord,
     now: DateTime<Utc>,
 ) -> Result<(), ApiError> {
@@ -281,33 +235,29 @@ pub(crate) async fn refuse_if_frozen(
         .store
         .freezes()
         .ending_after(now)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .await?
         .into_iter()
         .map(|r| r.to_freeze())
         .collect::<Vec<_>>();
     let Some(f) = freeze::freezing(&freezes, job.id, &job.group, &job.handler, now) else {
         return Ok(());
     };
-    Err(ApiError::new(
-        lang,
-        ErrorKind::Conflict(Text::new(
-            format!(
-                "任务 {} 处于冻结窗口 {}（{}）中，直到 {}：冻结期间不能执行一次",
-                job.id,
-                f.id,
-                f.reason,
-                f.to.to_rfc3339()
-            ),
-            format!(
-                "Job {} is frozen by freeze {} ({}) until {}: it cannot be run once during the freeze",
-                job.id,
-                f.id,
-                f.reason,
-                f.to.to_rfc3339()
-            ),
-        )),
-    ))
+    Err(ApiError::new(ErrorKind::Conflict(Text::new(
+        format!(
+            "任务 {} 处于冻结窗口 {}（{}）中，直到 {}：冻结期间不能执行一次",
+            job.id,
+            f.id,
+            f.reason,
+            f.to.to_rfc3339()
+        ),
+        format!(
+            "Job {} is frozen by freeze {} ({}) until {}: it cannot be run once during the freeze",
+            job.id,
+            f.id,
+            f.reason,
+            f.to.to_rfc3339()
+        ),
+    ))))
 }
 
 /// Every freeze window, the latest-starting first (windows are few; no
@@ -325,16 +275,10 @@ pub(crate) async fn refuse_if_frozen(
 #[get("/api/freezes")]
 pub async fn list_freezes(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let now = Utc::now();
-    let items = state
-        .store
-        .freezes()
-        .list()
-        .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+    let items = state.store.freezes().list().await?;
     let items: Vec<FreezeDto> = items.into_iter().map(|f| FreezeDto::new(f, now)).collect();
     Ok(HttpResponse::Ok().json(items))
 }
@@ -359,22 +303,18 @@ pub async fn list_freezes(
 #[post("/api/freezes")]
 pub async fn create_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let now = Utc::now();
-    let body = body_object(lang, body.into_inner())?;
-    let spec =
-        freeze::validate(&body, now).map_err(|e| ApiError::validation(lang, field_errors(&e)))?;
-    check_scope(&state, lang, &spec).await?;
+    let body = body_object(body.into_inner())?;
+    let spec = freeze::validate(&body, now).map_err(|e| ApiError::validation(field_errors(&e)))?;
+    check_scope(&state, &spec).await?;
     let created = state
         .store
         .freezes()
         .create(&spec, &who.actor(), now)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     state.changes.freezes_changed(created.id);
     audit::record(
         &state,
@@ -409,19 +349,16 @@ pub async fn create_freeze(
 #[get("/api/freezes/{id}")]
 pub async fn get_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let found = state
         .store
         .freezes()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| not_found(lang, id))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::FREEZE, id))?;
     Ok(HttpResponse::Ok().json(FreezeDto::new(found, Utc::now())))
 }
 
@@ -448,15 +385,13 @@ pub async fn get_freeze(
 #[put("/api/freezes/{id}")]
 pub async fn update_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let now = Utc::now();
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let version = version_of(&body);
     let fields: Map<String, Value> = body
         .iter()
@@ -468,17 +403,16 @@ pub async fn update_freeze(
         (version, spec) => {
             let mut errors: Vec<ProblemFieldText> = version.err().into_iter().collect();
             errors.extend(field_errors(&spec.err().unwrap_or_default()));
-            return Err(ApiError::validation(lang, errors));
+            return Err(ApiError::validation(errors));
         }
     };
-    check_scope(&state, lang, &spec).await?;
+    check_scope(&state, &spec).await?;
     let (before, after) = state
         .store
         .freezes()
         .update(id, version, &spec, &who.actor(), now)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .map_err(|refusal| refused(lang, id, refusal))?;
+        .await?
+        .map_err(|refusal| refused(id, refusal))?;
     state.changes.freezes_changed(id);
     audit::record(
         &state,
@@ -513,19 +447,16 @@ pub async fn update_freeze(
 #[delete("/api/freezes/{id}")]
 pub async fn delete_freeze(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let deleted = state
         .store
         .freezes()
         .delete(id, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .map_err(|refusal| refused(lang, id, refusal))?;
+        .await?
+        .map_err(|refusal| refused(id, refusal))?;
     state.changes.freezes_changed(id);
     audit::record(
         &state,
@@ -542,12 +473,12 @@ pub async fn delete_freeze(
     Ok(HttpResponse::NoContent().finish())
 }
 
-fn refused(lang: Lang, id: i64, refusal: FreezeRefusal) -> ApiError {
+fn refused(id: i64, refusal: FreezeRefusal) -> ApiError {
     match refusal {
-        FreezeRefusal::NotFound => not_found(lang, id),
-        FreezeRefusal::Started(f) => started(lang, &f),
+        FreezeRefusal::NotFound => ApiError::missing(Noun::FREEZE, id),
+        FreezeRefusal::Started(f) => started(&f),
         FreezeRefusal::StaleVersion { current } => {
-            ApiError::new(lang, ErrorKind::StaleVersion { current })
+            ApiError::new(ErrorKind::StaleVersion { current })
         }
     }
 }

@@ -3,9 +3,9 @@
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::Utc;
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{GroupCreate, GroupDto};
-use crate::error::{ApiError, ErrorKind, Problem, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, Text};
 use crate::state::AppState;
 
 /// Lists job groups, built-in ones first.
@@ -22,15 +22,9 @@ use crate::state::AppState;
 #[get("/api/job-groups")]
 pub async fn list_groups(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
-    let groups = state
-        .store
-        .groups()
-        .list()
-        .await
-        .map_err(|e| ApiError::storage(who.lang, e))?;
+    let groups = state.store.groups().list().await?;
     let items: Vec<GroupDto> = groups
         .into_iter()
         .map(|g| GroupDto::new(g, who.lang))
@@ -62,12 +56,11 @@ fn valid_code(code: &str) -> bool {
 #[post("/api/job-groups")]
 pub async fn create_group(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
-    let body = GroupCreate::read(lang, body.into_inner())?;
+    let body = GroupCreate::read(body.into_inner())?;
     let code = body.code.trim();
     let label_zh = body.label_zh.trim();
     let label_en = body.label_en.as_deref().map(str::trim).unwrap_or(label_zh);
@@ -105,7 +98,7 @@ pub async fn create_group(
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::validation(lang, errors));
+        return Err(ApiError::validation(errors));
     }
     let created = state
         .store
@@ -113,14 +106,8 @@ pub async fn create_group(
         .create(code, label_zh, label_en, Utc::now())
         .await
         .map_err(|e| match e {
-            qiwu_storage::StorageError::AlreadyExists => ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
-                    format!("分组 {code} 已存在"),
-                    format!("Job group {code} already exists"),
-                )),
-            ),
-            other => ApiError::storage(lang, other),
+            qiwu_storage::StorageError::AlreadyExists => ApiError::exists(Noun::JOB_GROUP, code),
+            other => ApiError::from(other),
         })?;
     Ok(HttpResponse::Created().json(GroupDto::new(created, lang)))
 }
@@ -142,52 +129,29 @@ pub async fn create_group(
 #[delete("/api/job-groups/{code}")]
 pub async fn delete_group(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let code = code.into_inner();
     let store = &state.store;
     let group = store
         .groups()
         .get(&code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| {
-            ApiError::not_found(
-                lang,
-                format!("分组 {code} 不存在"),
-                format!("Job group {code} does not exist"),
-            )
-        })?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::JOB_GROUP, &code))?;
     if group.builtin {
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!("分组 {code} 是内置分组，不能删除"),
-                format!("Job group {code} is built in and cannot be deleted"),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!("分组 {code} 是内置分组，不能删除"),
+            format!("Job group {code} is built in and cannot be deleted"),
+        ))));
     }
-    let used = store
-        .jobs()
-        .count_in_group(&code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let used = store.jobs().count_in_group(&code).await?;
     if used > 0 {
-        return Err(ApiError::new(
-            lang,
-            ErrorKind::Conflict(Text::new(
-                format!("还有 {used} 个任务属于分组 {code}：请先移走这些任务"),
-                format!("{used} jobs still belong to group {code}: move them first"),
-            )),
-        ));
+        return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+            format!("还有 {used} 个任务属于分组 {code}：请先移走这些任务"),
+            format!("{used} jobs still belong to group {code}: move them first"),
+        ))));
     }
-    store
-        .groups()
-        .delete(&code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    store.groups().delete(&code).await?;
     Ok(HttpResponse::NoContent().finish())
 }

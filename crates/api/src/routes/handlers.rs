@@ -2,7 +2,7 @@
 
 use actix_web::{HttpResponse, get, web};
 
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::HandlerDto;
 use crate::error::{ApiError, Problem};
 use crate::state::AppState;
@@ -21,9 +21,8 @@ use crate::state::AppState;
 #[get("/api/handlers")]
 pub async fn list_handlers(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let items: Vec<HandlerDto> = state
         .catalog
         .iter()

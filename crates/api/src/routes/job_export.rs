@@ -9,7 +9,7 @@ use qiwu_storage::JobFilter;
 use serde_json::json;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{JobExportQuery, XlsxFile};
 use crate::error::{ApiError, Problem};
 use crate::export::{self, JobRow, MAX_EXPORT_ROWS};
@@ -35,30 +35,23 @@ use crate::state::AppState;
 #[get("/api/jobs/export")]
 pub async fn export_jobs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskExport>,
     query: web::Query<JobExportQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskExport])?;
     let lang = who.lang;
     let q = query.into_inner();
     let filter = JobFilter {
         name: query::text(q.name),
         group: query::text(q.group),
         handler: query::text(q.handler),
-        enabled: query::boolean(lang, "enabled", q.enabled)?,
+        enabled: query::boolean("enabled", q.enabled)?,
     };
-    let (jobs, total) = state
-        .store
-        .jobs()
-        .list(&filter, 1, MAX_EXPORT_ROWS)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let (jobs, total) = state.store.jobs().list(&filter, 1, MAX_EXPORT_ROWS).await?;
     let labels: HashMap<String, String> = state
         .store
         .groups()
         .list()
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .await?
         .into_iter()
         .map(|g| (g.code, lang.pick(g.label_zh, g.label_en)))
         .collect();
@@ -78,8 +71,8 @@ pub async fn export_jobs(
     let tz = state.timezone;
     let bytes = web::block(move || export::jobs_workbook(&rows, lang, tz))
         .await
-        .map_err(|e| ApiError::internal(lang, e))?
-        .map_err(|e| ApiError::internal(lang, e))?;
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     let filters = json!({
         "name": filter.name,
         "group": filter.group,

@@ -10,14 +10,14 @@ use qiwu_domain::{CronExpr, Lang, Schedule, TimeRules, builtin};
 use qiwu_storage::{EnabledOutcome, JobFilter, JobRecord, JobSelection, NewJob, StorageError};
 use serde_json::{Map, Value, json};
 
-use crate::audit::{self, Action, Target, job_json};
-use crate::auth::{Permission, Principal};
+use crate::audit::{self, Action, Target};
+use crate::auth::{Need, Permission, perm};
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
     BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
-    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone,
+    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone, job_json,
 };
-use crate::error::{ApiError, Problem, ProblemField, ProblemFieldText};
+use crate::error::{ApiError, Noun, Problem, ProblemField, Text, field_errors};
 use crate::query::{self, Id, MAX_SAFE_INTEGER};
 use crate::routes::calendars::{calendar_codes, find_calendar};
 use crate::state::AppState;
@@ -41,26 +41,20 @@ const RECENT_RUNS: u64 = 10;
 #[get("/api/jobs")]
 pub async fn list_jobs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskBrowse>,
     query: web::Query<JobQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskBrowse])?;
     let lang = who.lang;
     let q = query.into_inner();
-    let page = query::page(lang, q.page)?;
-    let page_size = query::page_size(lang, "pageSize", q.page_size)?;
+    let page = query::page(q.page)?;
+    let page_size = query::page_size("pageSize", q.page_size)?;
     let filter = JobFilter {
         name: query::text(q.name),
         group: query::text(q.group),
         handler: query::text(q.handler),
-        enabled: query::boolean(lang, "enabled", q.enabled)?,
+        enabled: query::boolean("enabled", q.enabled)?,
     };
-    let (items, total) = state
-        .store
-        .jobs()
-        .list(&filter, page, page_size)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let (items, total) = state.store.jobs().list(&filter, page, page_size).await?;
     Ok(HttpResponse::Ok().json(JobPage {
         items: items.into_iter().map(|j| JobDto::new(j, lang)).collect(),
         total,
@@ -70,11 +64,10 @@ pub async fn list_jobs(
 }
 
 /// The body as a JSON object, or a 400 naming the problem.
-fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> {
+fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(ApiError::bad_request(
-            lang,
             "请求体必须是一个 JSON 对象",
             "The request body must be a JSON object",
         )),
@@ -83,14 +76,10 @@ fn body_object(lang: Lang, body: Value) -> Result<Map<String, Value>, ApiError> 
 
 /// Validates a merged job with its time rules and alert policy, turning every field error
 /// into the response.
-async fn validate(
-    state: &AppState,
-    lang: Lang,
-    input: &Map<String, Value>,
-) -> Result<Checked, ApiError> {
-    check(state, lang, input).await?.map_err(|errors| {
-        ApiError::validation(lang, errors.iter().map(ProblemFieldText::from).collect())
-    })
+async fn validate(state: &AppState, input: &Map<String, Value>) -> Result<Checked, ApiError> {
+    check(state, input)
+        .await?
+        .map_err(|errors| ApiError::validation(field_errors(&errors)))
 }
 
 /// A merged job, checked: its fields, time rules and alert policy.
@@ -104,25 +93,18 @@ struct Checked {
 /// every field error.
 async fn check(
     state: &AppState,
-    lang: Lang,
     input: &Map<String, Value>,
 ) -> Result<Result<Checked, Vec<job::FieldError>>, ApiError> {
     let groups: Vec<String> = state
         .store
         .groups()
         .list()
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .await?
         .into_iter()
         .map(|g| g.code)
         .collect();
-    let channels = state
-        .store
-        .alert_channels()
-        .ids()
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
-    let calendars = calendar_codes(state, lang).await?;
+    let channels = state.store.alert_channels().ids().await?;
+    let calendars = calendar_codes(state).await?;
     let spec = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars);
     let policy = alert::read_policy(input, &channels);
     Ok(match (spec, policy) {
@@ -220,23 +202,21 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
 #[post("/api/jobs")]
 pub async fn create_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskCreate>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskCreate])?;
     let lang = who.lang;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let mut input = job::defaults();
     input.extend(alert::policy_defaults());
     input.extend(job::time_rule_defaults());
     input.extend(body);
-    let checked = validate(&state, lang, &input).await?;
+    let checked = validate(&state, &input).await?;
     let created = state
         .store
         .jobs()
         .create(&to_new_job(checked, None), &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     state.changes.job_changed(created.id);
     audit::record(
         &state,
@@ -255,14 +235,13 @@ pub async fn create_job(
         .json(JobDto::new(created, lang)))
 }
 
-async fn load(state: &AppState, lang: Lang, id: i64) -> Result<JobRecord, ApiError> {
+async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
     state
         .store
         .jobs()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| ApiError::job_not_found(lang, id))
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::JOB, id))
 }
 
 /// The zone a job's times are computed in: its own, else the service's
@@ -275,31 +254,28 @@ pub(crate) fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
 /// calendar is gone: the engine does not arm it).
 pub(crate) async fn job_schedule(
     state: &AppState,
-    lang: Lang,
     job: &JobRecord,
     cron: CronExpr,
     tz: Tz,
-) -> Result<Result<Schedule, String>, ApiError> {
+) -> Result<Result<Schedule, Text>, ApiError> {
     let calendar = match job.time_rules.calendar.as_deref() {
         None => None,
-        Some(code) => match find_calendar(state, lang, code).await? {
+        Some(code) => match find_calendar(state, code).await? {
             Some(calendar) => Some(calendar),
             None => {
-                return Ok(Err(match lang {
-                    Lang::Zh => format!(
-                        "任务使用的日历 {code} 已不存在：在改用其他日历之前，任务不会触发。"
-                    ),
-                    Lang::En => format!(
+                return Ok(Err(Text::new(
+                    format!("任务使用的日历 {code} 已不存在：在改用其他日历之前，任务不会触发。"),
+                    format!(
                         "The job's calendar {code} no longer exists: the job does not fire until it names another."
                     ),
-                }));
+                )));
             }
         },
     };
     Ok(job
         .time_rules
         .schedule(cron, tz, calendar)
-        .map_err(|e| e.to_string()))
+        .map_err(|e| Text::same(e.to_string())))
 }
 
 /// A job with its cron description, next fire times and recent runs.
@@ -318,12 +294,11 @@ pub(crate) async fn job_schedule(
 #[get("/api/jobs/{id}")]
 pub async fn get_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskView>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskView])?;
     let lang = who.lang;
-    let job = load(&state, lang, id.into_inner().0).await?;
+    let job = load(&state, id.into_inner().0).await?;
     let tz = job_zone(&state, &job);
     let now = Utc::now();
     let mut notices: Vec<String> = Vec::new();
@@ -363,7 +338,7 @@ pub async fn get_job(
     let (cron_description, next_fire_times) = {
         let cron = job.cron.clone();
         let description = cron.describe(lang);
-        match job_schedule(&state, lang, &job, cron, tz).await? {
+        match job_schedule(&state, &job, cron, tz).await? {
             Ok(schedule) => {
                 if let Some(notice) = schedule.calendar_notice(now) {
                     notices.push(notice.message(lang));
@@ -372,7 +347,7 @@ pub async fn get_job(
                 (description, in_zone(schedule.upcoming(from, 5), tz))
             }
             Err(why) => {
-                notices.push(why);
+                notices.push(why.pick(lang).to_string());
                 (description, vec![])
             }
         }
@@ -383,8 +358,7 @@ pub async fn get_job(
             .store
             .runs()
             .recent_for_job(job.id, RECENT_RUNS)
-            .await
-            .map_err(|e| ApiError::storage(lang, e))?;
+            .await?;
         Some(runs.into_iter().map(RecentRunDto::new).collect())
     } else {
         None
@@ -422,14 +396,13 @@ pub async fn get_job(
 #[put("/api/jobs/{id}")]
 pub async fn update_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<(perm::TaskModify, perm::TaskView)>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
+    let body = body_object(body.into_inner())?;
     let version = match body.get("version") {
         Some(Value::Number(n))
             if n.as_i64()
@@ -439,7 +412,6 @@ pub async fn update_job(
         }
         Some(_) => {
             return Err(ApiError::field(
-                lang,
                 "version",
                 format!("version 应为 1–{MAX_SAFE_INTEGER} 的整数：修改前读到的版本号"),
                 format!(
@@ -449,16 +421,15 @@ pub async fn update_job(
         }
         None => {
             return Err(ApiError::field(
-                lang,
                 "version",
                 "必填：请带上修改前读到的 version",
                 "Required: send the version the edit is based on",
             ));
         }
     };
-    let current = load(&state, lang, id).await?;
+    let current = load(&state, id).await?;
     let input = merged(&state, &current, body);
-    let checked = validate(&state, lang, &input).await?;
+    let checked = validate(&state, &input).await?;
     let updated = state
         .store
         .jobs()
@@ -471,8 +442,8 @@ pub async fn update_job(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(lang, id),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
+            other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
     audit::record(
@@ -551,15 +522,14 @@ fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Ma
 #[post("/api/jobs/{id}/preview-change")]
 pub async fn preview_change(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<(perm::TaskModify, perm::TaskView)>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify, Permission::TaskView])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = body_object(lang, body.into_inner())?;
-    let current = load(&state, lang, id).await?;
+    let body = body_object(body.into_inner())?;
+    let current = load(&state, id).await?;
     let now = Utc::now();
     let mut errors: Vec<ProblemField> = Vec::new();
     match body.get("version") {
@@ -578,13 +548,13 @@ pub async fn preview_change(
     }
     let before = {
         let tz = job_zone(&state, &current);
-        match job_schedule(&state, lang, &current, current.cron.clone(), tz).await? {
+        match job_schedule(&state, &current, current.cron.clone(), tz).await? {
             Ok(schedule) => in_zone(schedule.upcoming(now, 5), tz),
             Err(_) => vec![],
         }
     };
     let input = merged(&state, &current, body);
-    let checked = check(&state, lang, &input).await?;
+    let checked = check(&state, &input).await?;
     let checked = match checked {
         Ok(valid) => valid,
         Err(field_errors) => {
@@ -627,7 +597,7 @@ pub async fn preview_change(
         );
     }
     let (after, calendar_effect) =
-        match job_schedule(&state, lang, &after_record, new_cron, tz).await? {
+        match job_schedule(&state, &after_record, new_cron, tz).await? {
             Ok(schedule) => {
                 if let Some(notice) = schedule.calendar_notice(now) {
                     notices.push(notice.message(lang));
@@ -641,7 +611,7 @@ pub async fn preview_change(
                 (in_zone(times, tz), effect)
             }
             Err(why) => {
-                notices.push(why);
+                notices.push(why.pick(lang).to_string());
                 (vec![], None)
             }
         };
@@ -703,22 +673,21 @@ fn starts_new_schedule(current: &JobRecord, new: &NewJob) -> bool {
 #[put("/api/jobs/{id}/enabled")]
 pub async fn set_enabled(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskModify>,
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify])?;
     let lang = who.lang;
     let id = id.into_inner().0;
-    let body = EnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let body = EnabledWrite::read(body.into_inner(), Utc::now())?;
     let outcome = state
         .store
         .jobs()
         .pause(id, &body.request, body.version, &who.actor(), Utc::now())
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => ApiError::job_not_found(lang, id),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
+            other => ApiError::from(other),
         })?;
     state.changes.job_changed(id);
     // Setting the state it already had changes nothing (same version).
@@ -746,30 +715,20 @@ pub async fn set_enabled(
 #[post("/api/jobs/batch-enabled")]
 pub async fn batch_enabled(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskModify>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskModify])?;
-    let lang = who.lang;
-    let (target, request) = BatchEnabledWrite::read(lang, body.into_inner(), Utc::now())?;
+    let (target, request) = BatchEnabledWrite::read(body.into_inner(), Utc::now())?;
     let selection = match &target {
         BatchTarget::Ids(ids) => JobSelection::Ids(ids),
         BatchTarget::Group(code) => {
-            let known = state
-                .store
-                .groups()
-                .get(code)
-                .await
-                .map_err(|e| ApiError::storage(lang, e))?;
+            let known = state.store.groups().get(code).await?;
             if known.is_none() {
                 let problem = job::FieldError {
                     field: "group".into(),
                     problem: job::JobProblem::UnknownGroup(code.clone()),
                 };
-                return Err(ApiError::validation(
-                    lang,
-                    vec![ProblemFieldText::from(&problem)],
-                ));
+                return Err(ApiError::validation(field_errors([&problem])));
             }
             JobSelection::Group(code)
         }
@@ -778,8 +737,7 @@ pub async fn batch_enabled(
         .store
         .jobs()
         .pause_many(selection, &request, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     for outcome in &batch.changed {
         state.changes.job_changed(outcome.after.id);
     }
@@ -838,20 +796,13 @@ fn enabled_entry(outcome: &EnabledOutcome) -> audit::Entry {
 #[delete("/api/jobs/{id}")]
 pub async fn delete_job(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRemove>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRemove])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
-    let deleted = state
-        .store
-        .jobs()
-        .delete(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let deleted = state.store.jobs().delete(id).await?;
     let Some(deleted) = deleted else {
-        return Err(ApiError::job_not_found(lang, id));
+        return Err(ApiError::missing(Noun::JOB, id));
     };
     state.changes.job_changed(id);
     audit::record_all(&state, &who, vec![delete_entry(&deleted)]).await;
@@ -875,18 +826,11 @@ pub async fn delete_job(
 #[post("/api/jobs/batch-delete")]
 pub async fn batch_delete(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRemove>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRemove])?;
-    let lang = who.lang;
-    let ids = IdList::read(lang, body.into_inner())?;
-    let deleted = state
-        .store
-        .jobs()
-        .delete_many(&ids)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let ids = IdList::read(body.into_inner())?;
+    let deleted = state.store.jobs().delete_many(&ids).await?;
     for job in &deleted {
         state.changes.job_changed(job.id);
     }

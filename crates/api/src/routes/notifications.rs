@@ -7,8 +7,8 @@ use chrono::Utc;
 use qiwu_domain::notify::SUPER_ADMINS;
 use qiwu_storage::NotificationCursor;
 
-use crate::auth::Principal;
-use crate::error::{ApiError, Problem};
+use crate::auth::{Need, perm};
+use crate::error::{ApiError, Noun, Problem};
 use crate::notify_dto::{NotificationDto, NotificationPage, NotificationQuery, ReadAllDto};
 use crate::query::{self, Id};
 use crate::state::AppState;
@@ -29,19 +29,16 @@ use crate::state::AppState;
 #[get("/api/notifications")]
 pub async fn list_notifications(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     query: web::Query<NotificationQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let q = query.into_inner();
-    let unread = query::boolean(lang, "unread", q.unread)?.unwrap_or(false);
-    let limit = query::limit(lang, q.limit)?;
+    let unread = query::boolean("unread", q.unread)?.unwrap_or(false);
+    let limit = query::limit(q.limit)?;
     let cursor = match query::text(q.cursor).as_deref() {
         None => None,
         Some(c) => Some(NotificationCursor::parse(c).ok_or_else(|| {
             ApiError::field(
-                lang,
                 "cursor",
                 "cursor 无效：请使用上一页返回的 nextCursor",
                 "Invalid cursor: pass the nextCursor of the previous page",
@@ -49,14 +46,8 @@ pub async fn list_notifications(
         })?),
     };
     let inbox = state.store.notifications();
-    let page = inbox
-        .list(SUPER_ADMINS, unread, limit, cursor)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
-    let unread_count = inbox
-        .count_unread(SUPER_ADMINS)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let page = inbox.list(SUPER_ADMINS, unread, limit, cursor).await?;
+    let unread_count = inbox.count_unread(SUPER_ADMINS).await?;
     Ok(HttpResponse::Ok().json(NotificationPage {
         items: page.items.into_iter().map(NotificationDto::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.to_string()),
@@ -80,25 +71,16 @@ pub async fn list_notifications(
 #[post("/api/notifications/{id}/read")]
 pub async fn read_notification(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let read = state
         .store
         .notifications()
         .mark_read(SUPER_ADMINS, id, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| {
-            ApiError::not_found(
-                lang,
-                format!("通知 {id} 不存在"),
-                format!("Notification {id} does not exist"),
-            )
-        })?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::NOTIFICATION, id))?;
     Ok(HttpResponse::Ok().json(NotificationDto::from(read)))
 }
 
@@ -116,15 +98,12 @@ pub async fn read_notification(
 #[post("/api/notifications/read-all")]
 pub async fn read_all_notifications(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
-    let lang = who.lang;
     let count = state
         .store
         .notifications()
         .mark_all_read(SUPER_ADMINS, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     Ok(HttpResponse::Ok().json(ReadAllDto { count }))
 }

@@ -2,17 +2,16 @@
 
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
 use qiwu_storage::{CancelRequest, RunCursor, RunFilter};
 use serde_json::json;
 
 use crate::audit::{self, Action, Target};
-use crate::auth::{Permission, Principal};
+use crate::auth::{Need, perm};
 use crate::dto::{
     CancelAccepted, IdList, RunDetailDto, RunExportQuery, RunPage, RunQuery, RunSummaryDto,
     XlsxFile,
 };
-use crate::error::{ApiError, ErrorKind, Problem, Text};
+use crate::error::{ApiError, ErrorKind, Noun, Problem, Text};
 use crate::export::{self, MAX_EXPORT_ROWS};
 use crate::query::{self, Id};
 use crate::state::AppState;
@@ -30,7 +29,6 @@ const STATUSES: [&str; 6] = [
 
 /// The filters shared by the list and the export, each checked and named.
 fn run_filter(
-    lang: Lang,
     job_id: Option<String>,
     job_name: Option<String>,
     handler: Option<String>,
@@ -39,24 +37,16 @@ fn run_filter(
     (started_from, started_to): (Option<String>, Option<String>),
 ) -> Result<RunFilter, ApiError> {
     let filter = RunFilter {
-        job_id: query::id(lang, "jobId", job_id)?,
+        job_id: query::id("jobId", job_id)?,
         job_name: query::text(job_name),
         handler: query::text(handler),
-        status: query::one_of(lang, "status", status, &STATUSES)?,
-        trigger: query::one_of(lang, "trigger", trigger, &TRIGGERS)?,
-        started_from: query::instant(lang, "startedFrom", started_from)?,
-        started_to: query::instant(lang, "startedTo", started_to)?,
+        status: query::one_of("status", status, &STATUSES)?,
+        trigger: query::one_of("trigger", trigger, &TRIGGERS)?,
+        started_from: query::instant("startedFrom", started_from)?,
+        started_to: query::instant("startedTo", started_to)?,
     };
-    query::range(lang, "startedTo", filter.started_from, filter.started_to)?;
+    query::range("startedTo", filter.started_from, filter.started_to)?;
     Ok(filter)
-}
-
-fn run_not_found(lang: Lang, id: i64) -> ApiError {
-    ApiError::not_found(
-        lang,
-        format!("执行记录 {id} 不存在"),
-        format!("Run {id} does not exist"),
-    )
 }
 
 /// The filters as the audit log records them.
@@ -89,14 +79,11 @@ fn filter_json(f: &RunFilter) -> serde_json::Value {
 #[get("/api/runs")]
 pub async fn list_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::RunBrowse>,
     query: web::Query<RunQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunBrowse])?;
-    let lang = who.lang;
     let q = query.into_inner();
     let filter = run_filter(
-        lang,
         q.job_id,
         q.job_name,
         q.handler,
@@ -104,17 +91,11 @@ pub async fn list_runs(
         q.trigger,
         (q.started_from, q.started_to),
     )?;
-    let limit = query::limit(lang, q.limit)?;
+    let limit = query::limit(q.limit)?;
     let cursor = query::text(q.cursor)
         .map(|c| RunCursor::decode(&c))
-        .transpose()
-        .map_err(|e| ApiError::storage(lang, e))?;
-    let (items, next) = state
-        .store
-        .runs()
-        .list(&filter, limit, cursor)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .transpose()?;
+    let (items, next) = state.store.runs().list(&filter, limit, cursor).await?;
     Ok(HttpResponse::Ok().json(RunPage {
         items: items.into_iter().map(RunSummaryDto::new).collect(),
         next_cursor: next.map(|c| c.encode()),
@@ -140,14 +121,12 @@ pub async fn list_runs(
 #[get("/api/runs/export")]
 pub async fn export_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunExport>,
     query: web::Query<RunExportQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunExport])?;
     let lang = who.lang;
     let q = query.into_inner();
     let filter = run_filter(
-        lang,
         q.job_id,
         q.job_name,
         q.handler,
@@ -160,8 +139,7 @@ pub async fn export_runs(
         .store
         .runs()
         .export(&filter, MAX_EXPORT_ROWS + 1)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     let truncated = rows.len() as u64 > MAX_EXPORT_ROWS;
     rows.truncate(MAX_EXPORT_ROWS as usize);
     let count = rows.len();
@@ -169,8 +147,8 @@ pub async fn export_runs(
     // Building 100 000 rows takes a while: keep it off the async workers.
     let bytes = web::block(move || export::runs_workbook(&rows, lang, tz))
         .await
-        .map_err(|e| ApiError::internal(lang, e))?
-        .map_err(|e| ApiError::internal(lang, e))?;
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
     audit::record(
         &state,
         &who,
@@ -208,25 +186,17 @@ pub async fn export_runs(
 #[get("/api/runs/{id}")]
 pub async fn get_run(
     state: web::Data<AppState>,
-    who: Principal,
+    _who: Need<perm::RunView>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunView])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let run = state
         .store
         .runs()
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| run_not_found(lang, id))?;
-    let started_by = state
-        .store
-        .fires()
-        .started_by(run.fire_id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::RUN, id))?;
+    let started_by = state.store.fires().started_by(run.fire_id).await?;
     let mut detail = RunDetailDto::new(run);
     detail.started_by = started_by;
     Ok(HttpResponse::Ok().json(detail))
@@ -254,32 +224,27 @@ pub async fn get_run(
 #[post("/api/runs/{id}/cancel")]
 pub async fn cancel_run(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::TaskRun>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::TaskRun])?;
     let lang = who.lang;
     let id = id.into_inner().0;
     let asked = state
         .store
         .runs()
         .request_cancel(id, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     let (run, first) = match asked {
         CancelRequest::Requested { run, first } => (run, first),
-        CancelRequest::NotFound => return Err(run_not_found(lang, id)),
+        CancelRequest::NotFound => return Err(ApiError::missing(Noun::RUN, id)),
         CancelRequest::Finished(run) => {
-            return Err(ApiError::new(
-                lang,
-                ErrorKind::Conflict(Text::new(
-                    format!("执行记录 {id} 已结束（{}），无法取消", run.status.as_str()),
-                    format!(
-                        "Run {id} has ended ({}): there is nothing to cancel",
-                        run.status.as_str()
-                    ),
-                )),
-            ));
+            return Err(ApiError::new(ErrorKind::Conflict(Text::new(
+                format!("执行记录 {id} 已结束（{}），无法取消", run.status.as_str()),
+                format!(
+                    "Run {id} has ended ({}): there is nothing to cancel",
+                    run.status.as_str()
+                ),
+            ))));
         }
     };
     // Also when asked again: a message lost the first time is sent again.
@@ -327,26 +292,20 @@ pub async fn cancel_run(
 #[delete("/api/runs/{id}")]
 pub async fn delete_run(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
     let id = id.into_inner().0;
     let runs = state.store.runs();
     // Read first: the audit entry keeps what was deleted.
     let run = runs
         .get(id)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| run_not_found(lang, id))?;
-    let deleted = runs
-        .soft_delete(id, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::RUN, id))?;
+    let deleted = runs.soft_delete(id, Utc::now()).await?;
     if !deleted {
         // Someone else deleted it in between.
-        return Err(run_not_found(lang, id));
+        return Err(ApiError::missing(Noun::RUN, id));
     }
     let summary = format!("删除执行记录 {id}（任务「{}」）", run.job_name);
     let before = serde_json::to_value(RunSummaryDto::new(run)).ok();
@@ -381,20 +340,17 @@ pub async fn delete_run(
 #[post("/api/runs/batch-delete")]
 pub async fn batch_delete_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
-    let mut ids = IdList::read(lang, body.into_inner())?;
+    let mut ids = IdList::read(body.into_inner())?;
     ids.sort_unstable();
     ids.dedup();
     let deleted = state
         .store
         .runs()
         .soft_delete_many(&ids, Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     if deleted > 0 {
         audit::record(
             &state,
@@ -426,16 +382,9 @@ pub async fn batch_delete_runs(
 #[post("/api/runs/clear")]
 pub async fn clear_runs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::RunRemove>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require(&[Permission::RunRemove])?;
-    let lang = who.lang;
-    let cleared = state
-        .store
-        .runs()
-        .clear(Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let cleared = state.store.runs().clear(Utc::now()).await?;
     // Like the other deletes, an entry only when something was deleted.
     if cleared > 0 {
         audit::record(

@@ -6,7 +6,7 @@ use chrono::Utc;
 use qiwu_domain::settings::{self, SETTINGS};
 use serde_json::Value;
 
-use crate::auth::Principal;
+use crate::auth::{Need, perm};
 use crate::error::{ApiError, Problem};
 use crate::notify_dto::{SettingDto, SettingWrite};
 use crate::state::AppState;
@@ -25,16 +25,10 @@ use crate::state::AppState;
 #[get("/api/settings")]
 pub async fn list_settings(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
-    let mut stored = state
-        .store
-        .settings()
-        .list()
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+    let mut stored = state.store.settings().list().await?;
     let items: Vec<SettingDto> = SETTINGS
         .iter()
         .map(|def| {
@@ -67,26 +61,23 @@ pub async fn list_settings(
 #[put("/api/settings/{key}")]
 pub async fn update_setting(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     key: web::Path<String>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let key = key.into_inner();
     let Some(def) = settings::find(&key) else {
         return Err(ApiError::not_found(
-            lang,
             format!("参数 {key} 不存在：只能修改本服务认识的参数"),
             format!("There is no setting {key}: only this service's settings can be changed"),
         ));
     };
-    let raw = SettingWrite::read(lang, body.into_inner())?;
+    let raw = SettingWrite::read(body.into_inner())?;
     let value = match settings::validate(def.key, &raw) {
         Some(Ok(v)) => v,
         Some(Err(problem)) => {
             return Err(ApiError::field(
-                lang,
                 "value",
                 problem.message(qiwu_domain::Lang::Zh),
                 problem.message(qiwu_domain::Lang::En),
@@ -94,18 +85,16 @@ pub async fn update_setting(
         }
         // Known keys always have a rule; reaching here is our bug.
         None => {
-            return Err(ApiError::internal(
-                lang,
-                std::io::Error::other(format!("no validation rule for setting {key}")),
-            ));
+            return Err(ApiError::internal(std::io::Error::other(format!(
+                "no validation rule for setting {key}"
+            ))));
         }
     };
     let change = state
         .store
         .settings()
         .set(def.key, &value, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?;
+        .await?;
     if change.changed {
         tracing::info!(key = def.key, actor = %who.sub, "setting changed");
     }

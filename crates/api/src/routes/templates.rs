@@ -4,22 +4,13 @@
 
 use actix_web::{HttpResponse, get, put, web};
 use chrono::Utc;
-use qiwu_domain::Lang;
 use qiwu_domain::notify::{self, TemplateTexts as DomainTexts};
 use qiwu_storage::{StorageError, TemplateTexts};
 
-use crate::auth::Principal;
-use crate::error::{ApiError, Problem, ProblemFieldText, Text};
+use crate::auth::{Need, perm};
+use crate::error::{ApiError, Noun, Problem, field_errors};
 use crate::notify_dto::{TemplateDto, TemplateWrite};
 use crate::state::AppState;
-
-fn template_not_found(lang: Lang, code: &str) -> ApiError {
-    ApiError::not_found(
-        lang,
-        format!("站内信模板 {code} 不存在"),
-        format!("Notification template {code} does not exist"),
-    )
-}
 
 /// Lists the notification templates.
 #[utoipa::path(
@@ -35,16 +26,14 @@ fn template_not_found(lang: Lang, code: &str) -> ApiError {
 #[get("/api/notification-templates")]
 pub async fn list_templates(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let items: Vec<TemplateDto> = state
         .store
         .templates()
         .list()
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
+        .await?
         .into_iter()
         .map(|t| TemplateDto::new(t, lang))
         .collect();
@@ -67,19 +56,17 @@ pub async fn list_templates(
 #[get("/api/notification-templates/{code}")]
 pub async fn get_template(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let code = code.into_inner();
     let template = state
         .store
         .templates()
         .get(&code)
-        .await
-        .map_err(|e| ApiError::storage(lang, e))?
-        .ok_or_else(|| template_not_found(lang, &code))?;
+        .await?
+        .ok_or_else(|| ApiError::missing(Noun::TEMPLATE, &code))?;
     Ok(HttpResponse::Ok().json(TemplateDto::new(template, lang)))
 }
 
@@ -102,37 +89,24 @@ pub async fn get_template(
 #[put("/api/notification-templates/{code}")]
 pub async fn update_template(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Need<perm::SuperAdmin>,
     code: web::Path<String>,
     body: web::Json<serde_json::Value>,
 ) -> Result<HttpResponse, ApiError> {
-    who.require_super_admin()?;
     let lang = who.lang;
     let code = code.into_inner();
     // Only templates this service sends can be edited: their placeholders
     // are known, so an edit can be checked.
-    let def = notify::find(&code).ok_or_else(|| template_not_found(lang, &code))?;
-    let body = TemplateWrite::read(lang, body.into_inner())?;
+    let def = notify::find(&code).ok_or_else(|| ApiError::missing(Noun::TEMPLATE, &code))?;
+    let body = TemplateWrite::read(body.into_inner())?;
     let texts = DomainTexts {
         title_zh: &body.title_zh,
         body_zh: &body.body_zh,
         title_en: &body.title_en,
         body_en: &body.body_en,
     };
-    notify::validate_template(def, &texts).map_err(|errors| {
-        ApiError::validation(
-            lang,
-            errors
-                .iter()
-                .map(|e| {
-                    ProblemFieldText::new(
-                        e.field,
-                        Text::new(e.message(Lang::Zh), e.message(Lang::En)),
-                    )
-                })
-                .collect(),
-        )
-    })?;
+    notify::validate_template(def, &texts)
+        .map_err(|errors| ApiError::validation(field_errors(&errors)))?;
     let updated = state
         .store
         .templates()
@@ -149,8 +123,8 @@ pub async fn update_template(
         )
         .await
         .map_err(|e| match e {
-            StorageError::NotFound => template_not_found(lang, &code),
-            other => ApiError::storage(lang, other),
+            StorageError::NotFound => ApiError::missing(Noun::TEMPLATE, &code),
+            other => ApiError::from(other),
         })?;
     tracing::info!(template = %code, actor = %who.sub, "notification template changed");
     Ok(HttpResponse::Ok().json(TemplateDto::new(updated, lang)))
