@@ -4,15 +4,14 @@
 //! the days off; a cancel stops the rest; permissions and validation; and
 //! three cluster workers record each time exactly once.
 
-mod common;
-mod observe;
+use crate::observe;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::common::cluster::Cluster;
+use crate::common::{Db, Server, admin_token, client, mint, runs_of, token, wait_for_runs};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use common::cluster::Cluster;
-use common::{Db, Server, admin_token, client, mint, runs_of, token, wait_for_runs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -3,12 +3,12 @@
 //! the job detail, followed by the engine, and a calendar a job names kept
 //! from deletion; on SQLite, PostgreSQL and MariaDB.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
+use crate::common::{Db, Server, admin_token, client, wait_for_runs};
 use chrono::{NaiveDate, TimeDelta, Utc};
-use common::{Db, Server, admin_token, client, wait_for_runs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

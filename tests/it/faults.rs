@@ -5,12 +5,12 @@
 //! catch-up standing for several), nothing stays `running`, and every
 //! process is alive and ready at the end.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, MariaDb, Postgres, Redis};
-use common::{
+use crate::common::cluster::{Cluster, MariaDb, Postgres, Redis};
+use crate::common::{
     Db, Server, admin_token, assert_every_second_recorded, client, records, wait_until_recorded,
 };
 use qiwu_storage::entity::run;

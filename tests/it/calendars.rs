@@ -2,9 +2,7 @@
 //! calendars over the API (audited, super admins only) on SQLite,
 //! PostgreSQL and MariaDB, and the cron preview with a calendar.
 
-mod common;
-
-use common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -3,14 +3,14 @@
 //! worker killed and restarted, Redis restarted, and a job disabled while
 //! everything runs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::{Db, admin_token, client};
+use crate::common::cluster::Cluster;
+use crate::common::{Db, admin_token, client};
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
 use sea_orm::EntityTrait;
@@ -568,8 +568,8 @@ async fn run_once_in_a_cluster_runs_once_and_is_never_a_lost_race() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_over_rediss_fires_and_locks() {
-    use common::cluster::{TlsRedis, cluster_env, migrate};
-    use common::{Server, TempDir, fresh_database};
+    use crate::common::cluster::{TlsRedis, cluster_env, migrate};
+    use crate::common::{Server, TempDir, fresh_database};
     let redis = TlsRedis::start();
     let (url, name) = fresh_database(Db::Postgres);
     migrate(&url, &redis.url());

@@ -7,14 +7,14 @@
 //! definitions (HMAC written out over SHA-256, base64, URL decoding), not
 //! with the service's code.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::{Db, Server, admin_token, client, token};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

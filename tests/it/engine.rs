@@ -1,13 +1,13 @@
 //! Black-box tests of execution: the real `serve` binary runs jobs and the
 //! run log is read straight from its SQLite file.
 
-mod common;
-mod observe;
+use crate::common;
+use crate::observe;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Server, admin_token, client, runs_of, wait_for_runs};
+use crate::common::{Server, admin_token, client, runs_of, wait_for_runs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

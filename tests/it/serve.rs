@@ -1,11 +1,11 @@
 //! Black-box tests of start-up: the zero-configuration default, bad
 //! configuration, and a clean exit on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::{BIN, Server, TempDir, client};
+use crate::common::{BIN, Server, TempDir, client};
 use reqwest::StatusCode;
 
 #[tokio::test]

@@ -3,12 +3,12 @@
 //! through the alert machinery (the inbox here), and remembered across an
 //! edit of the job and a restart.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
+use crate::common::{Server, admin_token, client};
 use chrono::{Datelike, Utc};
-use common::{Server, admin_token, client};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

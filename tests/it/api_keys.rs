@@ -1,9 +1,7 @@
 //! Black-box tests of service accounts' API keys (SPEC §9): created by super
 //! admins, shown once, scoped to permissions, revocable, audited.
 
-mod common;
-
-use common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};

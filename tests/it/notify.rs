@@ -3,10 +3,10 @@
 //! notifications written straight into that file through the storage crate
 //! (as the worker does).
 
-mod common;
+use crate::common;
 
+use crate::common::{Server, admin_token, client, token};
 use chrono::{Duration, TimeZone, Utc};
-use common::{Server, admin_token, client, token};
 use qiwu_scheduler_worker::{TimeoutAlert, raise_timeout_alert};
 use qiwu_storage::{NewNotification, Store};
 use reqwest::StatusCode;

@@ -5,12 +5,12 @@
 //! after the end (on all three databases); batches by ids and by group;
 //! validation; permission.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
+use crate::common::{Db, Server, admin_token, client, records, token};
 use chrono::{DateTime, Utc};
-use common::{Db, Server, admin_token, client, records, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

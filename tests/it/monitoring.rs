@@ -3,15 +3,14 @@
 //! jobs fire, and PromQL answers what the run log holds; `/readyz` follows
 //! the schema, a database outage and a Redis outage.
 
-mod common;
-mod observe;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{SECRET, admin_token, client};
-use observe::{Database, Proc, Redis, cluster_env, free_port, parse_exposition, until};
+use crate::common::{SECRET, admin_token, client};
+use crate::observe::{Database, Proc, Redis, cluster_env, free_port, parse_exposition, until};
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};

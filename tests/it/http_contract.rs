@@ -7,12 +7,12 @@
 //! queue bound); calendars (issue 11) follow the same rules, and the probes
 //! answer a closed status with their reasons.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Db, Server, TempDir, admin_token, client, mint, token};
+use crate::common::{BIN, Db, Server, TempDir, admin_token, client, mint, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -5,13 +5,11 @@
 //! `previous_secrets_env` (each call carries one signature per secret,
 //! current first), and every bad value refused at start-up by name.
 
-mod common;
-
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{BIN, Server, TempDir, client};
+use crate::common::{BIN, Server, TempDir, client};
 use qiwu_api::{Claims, JwtKeys};
 use qiwu_scheduler_worker::handlers::dispatch::signature;
 use qiwu_scheduler_worker::{TimeoutAlert, raise_timeout_alert};

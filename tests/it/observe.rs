@@ -3,8 +3,6 @@
 //! webhook), a small gRPC receiver (OTLP/gRPC traces, with or without
 //! TLS), a strict OpenMetrics parser.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

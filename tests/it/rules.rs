@@ -4,12 +4,10 @@
 //! catch-up per job in a cluster, lost change messages, params that a new
 //! release no longer accepts, and the built-in jobs' defaults.
 
-mod common;
-
 use std::time::Duration;
 
-use common::cluster::Cluster;
-use common::{Db, Server, admin_token, client, records, runs_of, wait_for_runs};
+use crate::common::cluster::Cluster;
+use crate::common::{Db, Server, admin_token, client, records, runs_of, wait_for_runs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -1,9 +1,9 @@
 //! Black-box tests of the HTTP API: the real binary on port 0 against a
 //! fresh database.
 
-mod common;
+use crate::common;
 
-use common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

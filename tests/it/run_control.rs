@@ -1,11 +1,11 @@
 //! Run control through `serve` (issue 10): cancelling a running run, by the
 //! API's message and, when no message comes, from the database.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{Db, Server, admin_token, client, mint, token, wait_for_runs};
+use crate::common::{Db, Server, admin_token, client, mint, token, wait_for_runs};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -6,12 +6,12 @@
 //! job catches up once at the window's end, in `serve` and in a cluster of
 //! two workers (no duplicate records).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
+use crate::common::{Db, Server, admin_token, client, mint, records, runs_of, wait_for_runs};
 use chrono::{DateTime, TimeDelta, Utc};
-use common::{Db, Server, admin_token, client, mint, records, runs_of, wait_for_runs};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 

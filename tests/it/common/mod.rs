@@ -2,8 +2,6 @@
 //! working directory and database per server, port 0, tokens minted with
 //! the same secret.
 
-#![allow(dead_code)]
-
 pub mod cluster;
 
 use std::io::{BufRead, BufReader};

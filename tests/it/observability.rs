@@ -3,14 +3,13 @@
 //! `traceparent` of remote calls and webhook deliveries, a cluster worker's
 //! lost job lock, JSON logs, request ids, and `/metrics` parsed strictly.
 
-mod common;
-mod observe;
+use crate::observe;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{SECRET, admin_token, client};
-use observe::{
+use crate::common::{SECRET, admin_token, client};
+use crate::observe::{
     Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, Redis, TestTls, cluster_env,
     parse_exposition, until, value,
 };

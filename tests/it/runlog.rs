@@ -3,12 +3,12 @@
 //! tested here, so runs are written straight into the server's database
 //! through the storage crate.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 
+use crate::common::{Db, Server, admin_token, client, token};
 use chrono::{DateTime, TimeZone, Utc};
-use common::{Db, Server, admin_token, client, token};
 use qiwu_storage::Store;
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;

@@ -2,13 +2,13 @@
 //! `serve` binary with a `QIWU_CONFIG` file declaring `session.sweep` and
 //! `wf.task.remind`, each pointing at a receiver on 127.0.0.1:0.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{BIN, SECRET, Server, TempDir, admin_token, client, wait_for_runs};
+use crate::common::{BIN, SECRET, Server, TempDir, admin_token, client, wait_for_runs};
 use qiwu_scheduler_worker::handlers::dispatch::signature;
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -8,13 +8,13 @@
 //! PostgreSQL and Redis), where the worker that records the end queues the
 //! callback.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::{Redis, cluster_env, migrate};
-use common::{Db, Server, TempDir, admin_token, client, mint};
+use crate::common::cluster::{Redis, cluster_env, migrate};
+use crate::common::{Db, Server, TempDir, admin_token, client, mint};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
