@@ -7,83 +7,22 @@
 //! definitions (HMAC written out over SHA-256, base64, URL decoding), not
 //! with the service's code.
 
-use crate::common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Db, Server, admin_token, client, token};
+use crate::common;
+use crate::common::receiver::{Received, hex, hmac_reference, read_request};
+use crate::common::{Db, Server, admin_token, fields, token};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const WEBHOOK_SECRET: &str = "hook-secret-0123456789";
 const DING_SECRET: &str = "SEC0123456789abcdefding";
 const FEISHU_SECRET: &str = "feishu-secret-0123456789";
-
-/// HMAC-SHA256 from its definition (RFC 2104), to check the service's use
-/// of its library.
-fn hmac_reference(key: &[u8], message: &[u8]) -> Vec<u8> {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new()
-        .chain_update(&ipad)
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(&opad)
-        .chain_update(inner)
-        .finalize()
-        .to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// One request a receiver got.
-#[derive(Debug, Clone)]
-struct Received {
-    /// Path and query, as sent.
-    target: String,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Received {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    /// A query parameter, URL-decoded.
-    fn query(&self, name: &str) -> Option<String> {
-        let query = self.target.split_once('?')?.1;
-        url::form_urlencoded::parse(query.as_bytes())
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.into_owned())
-    }
-
-    fn path(&self) -> &str {
-        self.target.split('?').next().unwrap_or("")
-    }
-}
 
 /// A local HTTP server answering every request as the platform whose path
 /// it was sent to answers a success.
@@ -133,47 +72,6 @@ impl Receiver {
     }
 }
 
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.lines();
-    let target = lines.next()?.split(' ').nth(1)?.to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some(Received {
-        target,
-        headers,
-        body: String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string(),
-    })
-}
-
 async fn call(
     server: &Server,
     method: reqwest::Method,
@@ -181,32 +79,7 @@ async fn call(
     token: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client()
-        .request(method, server.url(path))
-        .bearer_auth(token)
-        .header("Accept-Language", "en");
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-fn fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e["field"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    common::send(method, server.url(path), Some(token), Some("en"), body).await
 }
 
 /// Waits until `rows` deliveries are queued, then runs `notify.dispatch`

@@ -2,7 +2,6 @@
 //! fresh database.
 
 use crate::common;
-
 use crate::common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -14,18 +13,7 @@ async fn send(
     token: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client().request(method, server.url(path));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, value)
+    common::send(method, server.url(path), token, None, body).await
 }
 
 async fn get(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {

@@ -4,29 +4,17 @@
 //! the days off; a cancel stops the rest; permissions and validation; and
 //! three cluster workers record each time exactly once.
 
-use crate::observe;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common::cluster::Cluster;
-use crate::common::{Db, Server, admin_token, client, mint, runs_of, token, wait_for_runs};
+use crate::common::{
+    Db, Server, admin_token, client, create_job, mint, runs_of, token, wait_for_runs,
+};
+use crate::observe;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-async fn create(base: &str, body: Value) -> i64 {
-    let resp = client()
-        .post(format!("{base}/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let job: Value = resp.json().await.expect("json");
-    job["id"].as_i64().expect("id")
-}
 
 async fn post(base: &str, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
     let resp = client()
@@ -107,7 +95,7 @@ async fn dry_run_and_order_on(db: Db) {
     let server = Server::start_with(db, &[]);
     let base = server.base.clone();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &base,
         json!({"name": "hourly report", "handler": "demo.echo", "cron": "0 0 * * * *",
                "enabled": false, "params": {"message": "filled"}}),
@@ -268,7 +256,7 @@ async fn a_calendar_jobs_backfill_skips_the_days_off() {
     let server = Server::start();
     let base = server.base.clone();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &base,
         json!({"name": "payroll", "handler": "demo.echo", "cron": "0 0 9 * * *",
                "timezone": "Asia/Shanghai", "calendar": "cn-workdays", "calendarRule": "workdays",
@@ -306,7 +294,7 @@ async fn cancel_stops_the_rest_and_requests_are_checked() {
     let server = Server::start();
     let base = server.base.clone();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &base,
         json!({"name": "slow", "handler": "demo.echo", "cron": "0 0 * * * *", "timeoutMs": 0,
                "enabled": false,
@@ -515,7 +503,7 @@ async fn a_backfill_in_a_three_worker_cluster_records_each_time_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_survives_a_crash_of_serve() {
     let server = Server::start();
-    let job = create(
+    let job = create_job(
         &server.base,
         json!({"name": "durable", "handler": "demo.echo", "cron": "0 0 * * * *",
                "enabled": false, "params": {"delayMs": 300}}),

@@ -3,11 +3,10 @@
 //! through the alert machinery (the inbox here), and remembered across an
 //! edit of the job and a restart.
 
-use crate::common;
-
 use std::time::Duration;
 
-use crate::common::{Server, admin_token, client};
+use crate::common;
+use crate::common::{Server, admin_token};
 use chrono::{Datelike, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -20,15 +19,7 @@ async fn send(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client()
-        .request(method, server.url(path))
-        .bearer_auth(admin_token());
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    common::send(method, server.url(path), Some(&admin_token()), None, body).await
 }
 
 /// The calendar alerts in the inbox.

@@ -2,6 +2,7 @@
 //! calendars over the API (audited, super admins only) on SQLite,
 //! PostgreSQL and MariaDB, and the cron preview with a calendar.
 
+use crate::common;
 use crate::common::{Db, Server, admin_token, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -14,18 +15,7 @@ async fn send(
     lang: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client()
-        .request(method, server.url(path))
-        .bearer_auth(token)
-        .header("Accept-Language", lang);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, value)
+    common::send(method, server.url(path), Some(token), Some(lang), body).await
 }
 
 async fn get(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {

@@ -3,14 +3,13 @@
 //! worker killed and restarted, Redis restarted, and a job disabled while
 //! everything runs.
 
-use crate::common;
-
 use std::collections::HashMap;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::common;
 use crate::common::cluster::Cluster;
-use crate::common::{Db, admin_token, client};
+use crate::common::{Db, admin_token, client, now_ms};
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
 use sea_orm::EntityTrait;
@@ -95,10 +94,6 @@ fn claimed_since(runs: &[run::Model], instance: &str, at: i64) -> usize {
     runs.iter()
         .filter(|r| r.instance == instance && r.scheduled_at >= at)
         .count()
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

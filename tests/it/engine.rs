@@ -1,39 +1,14 @@
 //! Black-box tests of execution: the real `serve` binary runs jobs and the
 //! run log is read straight from its SQLite file.
 
-use crate::common;
-use crate::observe;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::common::{Server, admin_token, client, runs_of, wait_for_runs};
+use crate::common;
+use crate::common::{Server, admin_token, client, create_job, run_once, runs_of, wait_for_runs};
+use crate::observe;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-async fn create(server: &Server, body: Value) -> i64 {
-    let resp = client()
-        .post(server.url("/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let job: Value = resp.json().await.expect("json");
-    job["id"].as_i64().expect("id")
-}
-
-async fn run_once(server: &Server, job: i64) -> Value {
-    let resp = client()
-        .post(server.url(&format!("/api/jobs/{job}/run")))
-        .bearer_auth(admin_token())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    resp.json().await.expect("json")
-}
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -41,7 +16,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 async fn every_second_job_runs_once_per_second() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "tick", "handler": "demo.echo", "cron": "* * * * * *", "params": {"message": "tick"}})).await;
+    let job = create_job(&server, json!({"name": "tick", "handler": "demo.echo", "cron": "* * * * * *", "params": {"message": "tick"}})).await;
     let runs = wait_for_runs(&store, job, LIMIT, |runs| runs.len() >= 5).await;
     let seconds: Vec<i64> = runs.iter().map(|r| r.scheduled_at).collect();
     let unique: HashSet<i64> = seconds.iter().copied().collect();
@@ -76,7 +51,7 @@ async fn every_second_job_runs_once_per_second() {
 async fn run_once_obeys_timeout_and_retries() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 300, "retryCount": 2, "retryIntervalMs": 100, "params": {"delayMs": 5000}}),
     )
@@ -108,8 +83,8 @@ async fn run_once_obeys_timeout_and_retries() {
 async fn overlapping_fires_are_skipped_or_run_in_parallel() {
     let server = Server::start();
     let store = server.store().await;
-    let serial = create(&server, json!({"name": "serial", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0})).await;
-    let parallel = create(&server, json!({"name": "parallel", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0, "allowConcurrent": true})).await;
+    let serial = create_job(&server, json!({"name": "serial", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0})).await;
+    let parallel = create_job(&server, json!({"name": "parallel", "handler": "demo.echo", "cron": "* * * * * *", "params": {"delayMs": 2500}, "timeoutMs": 0, "allowConcurrent": true})).await;
     let runs = wait_for_runs(&store, serial, LIMIT, |runs| {
         runs.iter().filter(|r| r.status == "skipped").count() >= 2
     })
@@ -134,7 +109,7 @@ async fn overlapping_fires_are_skipped_or_run_in_parallel() {
 async fn disabling_stops_fires_at_once_and_enabling_resumes() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "toggle", "handler": "demo.echo", "cron": "* * * * * *"}),
     )
@@ -164,12 +139,12 @@ async fn disabling_stops_fires_at_once_and_enabling_resumes() {
 #[tokio::test]
 async fn restart_after_missed_fires_records_one_misfire_per_job() {
     let server = Server::start();
-    let skip = create(
+    let skip = create_job(
         &server,
         json!({"name": "skip", "handler": "demo.echo", "cron": "* * * * * *"}),
     )
     .await;
-    let catch_up = create(&server, json!({"name": "catch up", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once", "params": {"message": "caught up"}})).await;
+    let catch_up = create_job(&server, json!({"name": "catch up", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once", "params": {"message": "caught up"}})).await;
     let store = server.store().await;
     wait_for_runs(&store, skip, LIMIT, |runs| runs.len() >= 2).await;
     wait_for_runs(&store, catch_up, LIMIT, |runs| runs.len() >= 2).await;
@@ -265,7 +240,7 @@ async fn restart_after_missed_fires_records_one_misfire_per_job() {
 async fn shutdown_stops_a_long_handler_and_leaves_nothing_running() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
+    let job = create_job(&server, json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
     run_once(&server, job).await;
     wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "running")
@@ -291,7 +266,7 @@ async fn shutdown_stops_a_long_handler_and_leaves_nothing_running() {
 async fn a_crash_leaves_no_run_running_after_restart() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "crashy", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
+    let job = create_job(&server, json!({"name": "crashy", "handler": "demo.echo", "enabled": false, "timeoutMs": 0, "params": {"delayMs": 600000}})).await;
     run_once(&server, job).await;
     wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "running")
@@ -313,7 +288,7 @@ async fn a_crash_leaves_no_run_running_after_restart() {
 async fn a_missing_handler_fails_without_retry() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "orphan", "handler": "demo.echo", "enabled": false, "retryCount": 3}),
     )
@@ -419,7 +394,7 @@ async fn a_timeout_raises_an_inbox_alert_and_a_signed_webhook_delivery() {
         .expect("request");
     assert_eq!(resp.status(), StatusCode::OK);
     let store = server.store().await;
-    let job = create(&server, json!({"name": "too slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 200, "params": {"delayMs": 5000}})).await;
+    let job = create_job(&server, json!({"name": "too slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 200, "params": {"delayMs": 5000}})).await;
     run_once(&server, job).await;
     wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "timeout")

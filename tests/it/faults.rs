@@ -5,22 +5,18 @@
 //! catch-up standing for several), nothing stays `running`, and every
 //! process is alive and ready at the end.
 
-use crate::common;
-
 use std::time::{Duration, Instant};
 
+use crate::common;
 use crate::common::cluster::{Cluster, MariaDb, Postgres, Redis};
 use crate::common::{
-    Db, Server, admin_token, assert_every_second_recorded, client, records, wait_until_recorded,
+    Db, Server, admin_token, assert_every_second_recorded, client, now_ms, records,
+    wait_until_recorded,
 };
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::json;
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
 
 async fn running(store: &qiwu_storage::Store) -> Vec<run::Model> {
     run::Entity::find()
@@ -94,6 +90,17 @@ fn assert_alive(server: &mut Server, what: &str) {
         server.child.try_wait().expect("wait").is_none(),
         "{what} exited"
     );
+}
+
+/// Every worker of the cluster is still running and answers `/readyz`
+/// with 200 (within 20 s): an outage left no worker dead or stuck.
+async fn assert_workers_alive_and_ready(cluster: &mut Cluster) {
+    for (id, worker) in cluster.workers.iter_mut() {
+        assert_alive(worker, id);
+    }
+    for worker in cluster.workers.values() {
+        until_ready(worker, Duration::from_secs(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,13 +188,8 @@ async fn a_stopped_then_frozen_database_leaves_one_record_per_fire_time() {
         lost.is_empty(),
         "live workers' runs closed as lost: {lost:#?}"
     );
-    for (id, worker) in cluster.workers.iter_mut() {
-        assert_alive(worker, id);
-    }
+    assert_workers_alive_and_ready(&mut cluster).await;
     assert_alive(&mut cluster.api, "api");
-    for worker in cluster.workers.values() {
-        until_ready(worker, Duration::from_secs(20)).await;
-    }
     until_ready(&cluster.api, Duration::from_secs(20)).await;
 }
 
@@ -456,10 +458,5 @@ async fn a_stopped_then_frozen_mariadb_leaves_one_record_per_fire_time() {
         backlog.as_secs_f64()
     );
     until_nothing_running(&store, Duration::from_secs(20)).await;
-    for (id, worker) in cluster.workers.iter_mut() {
-        assert_alive(worker, id);
-    }
-    for worker in cluster.workers.values() {
-        until_ready(worker, Duration::from_secs(20)).await;
-    }
+    assert_workers_alive_and_ready(&mut cluster).await;
 }

@@ -6,11 +6,10 @@
 //! job catches up once at the window's end, in `serve` and in a cluster of
 //! two workers (no duplicate records).
 
-use crate::common;
-
 use std::time::Duration;
 
-use crate::common::{Db, Server, admin_token, client, mint, records, runs_of, wait_for_runs};
+use crate::common;
+use crate::common::{Db, Server, admin_token, create_job, mint, records, runs_of, wait_for_runs};
 use chrono::{DateTime, TimeDelta, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -25,20 +24,7 @@ async fn call(
     lang: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client()
-        .request(method, base.url(path))
-        .bearer_auth(token)
-        .header("Accept-Language", lang);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    common::send(method, base.url(path), Some(token), Some(lang), body).await
 }
 
 async fn admin(
@@ -50,28 +36,15 @@ async fn admin(
     call(base, method, path, &admin_token(), "en", body).await
 }
 
+/// The problem's field names, sorted, so a test lists them in any order.
 fn fields(problem: &Value) -> Vec<String> {
-    let mut out: Vec<String> = problem["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e["field"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut out = common::fields(problem);
     out.sort();
     out
 }
 
 fn at(t: DateTime<Utc>) -> String {
     t.to_rfc3339()
-}
-
-async fn create_job(base: &Server, body: Value) -> i64 {
-    let (status, job) = admin(base, Method::POST, "/api/jobs", Some(body)).await;
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    job["id"].as_i64().expect("id")
 }
 
 async fn freezes_over_the_api(db: Db) {

@@ -7,11 +7,10 @@
 //! queue bound); calendars (issue 11) follow the same rules, and the probes
 //! answer a closed status with their reasons.
 
-use crate::common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use crate::common::{BIN, Db, Server, TempDir, admin_token, client, mint, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -3,14 +3,14 @@
 //! jobs fire, and PromQL answers what the run log holds; `/readyz` follows
 //! the schema, a database outage and a Redis outage.
 
-use crate::common;
-
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::common::{SECRET, admin_token, client};
-use crate::observe::{Database, Proc, Redis, cluster_env, free_port, parse_exposition, until};
+use crate::common;
+use crate::common::cluster::{Redis, free_port};
+use crate::common::{SECRET, admin_token, client, until};
+use crate::observe::{Database, Proc, cluster_env, parse_exposition};
 use qiwu_storage::entity::run;
 use reqwest::StatusCode;
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};

@@ -4,8 +4,7 @@
 //! (as the worker does).
 
 use crate::common;
-
-use crate::common::{Server, admin_token, client, token};
+use crate::common::{Server, admin_token, fields, token};
 use chrono::{Duration, TimeZone, Utc};
 use qiwu_scheduler_worker::{TimeoutAlert, raise_timeout_alert};
 use qiwu_storage::{NewNotification, Store};
@@ -35,23 +34,7 @@ async fn send(
     lang: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client().request(method, server.url(path));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(l) = lang {
-        req = req.header("Accept-Language", l);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    common::send(method, server.url(path), token, lang, body).await
 }
 
 async fn get(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {
@@ -80,18 +63,6 @@ async fn server_store(server: &Server) -> Store {
     Store::connect(&url)
         .await
         .expect("open the server's database")
-}
-
-fn fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e["field"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]

@@ -3,15 +3,17 @@
 //! `traceparent` of remote calls and webhook deliveries, a cluster worker's
 //! lost job lock, JSON logs, request ids, and `/metrics` parsed strictly.
 
-use crate::observe;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::common::{SECRET, admin_token, client};
+use crate::common;
+use crate::common::cluster::Redis;
+use crate::common::receiver::hex;
+use crate::common::{SECRET, admin_token, client, run_once, until};
+use crate::observe;
 use crate::observe::{
-    Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, Redis, TestTls, cluster_env,
-    parse_exposition, until, value,
+    Database, GRPC_EXPORT, GrpcReceiver, Proc, Received, Receiver, TestTls, cluster_env,
+    parse_exposition, value,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
@@ -25,10 +27,6 @@ const REMOTE_SECRET: &str = "remote-secret-0123456789";
 /// The caller's trace and span, as its `traceparent` names them.
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// A span with its resource's `service.name` and string attributes.
 #[derive(Debug, Clone)]
@@ -157,25 +155,11 @@ fn serve_with(receiver: &Receiver, extra: &[(&'static str, String)]) -> Proc {
 }
 
 async fn create_job(p: &Proc, name: &str, handler: &str, cron: &str) -> i64 {
-    create(
+    common::create_job(
         p,
         json!({"name": name, "handler": handler, "cron": cron, "params": {}}),
     )
     .await
-}
-
-async fn create(p: &Proc, job: Value) -> i64 {
-    let res = client()
-        .post(p.url("/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&job)
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(res.status(), StatusCode::CREATED, "{:?}", res.text().await);
-    res.json::<Value>().await.expect("json")["id"]
-        .as_i64()
-        .expect("id")
 }
 
 async fn metrics(p: &Proc) -> Vec<observe::Sample> {
@@ -194,16 +178,6 @@ async fn metrics(p: &Proc) -> Vec<observe::Sample> {
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
     let text = res.text().await.expect("text");
     parse_exposition(&text).unwrap_or_else(|e| panic!("strict parse: {e}\n{text}"))
-}
-
-async fn run_once(p: &Proc, job: i64) {
-    let res = client()
-        .post(p.url(&format!("/api/jobs/{job}/run")))
-        .bearer_auth(admin_token())
-        .send()
-        .await
-        .expect("run once");
-    assert_eq!(res.status(), StatusCode::ACCEPTED);
 }
 
 /// A run's detail (with its `traceId`).
@@ -719,7 +693,7 @@ async fn webhook_deliveries_carry_the_traceparent_of_the_dispatch_attempt() {
     assert_eq!(res.status(), StatusCode::OK);
 
     // A timeout raises an alert, queued for the webhook.
-    let slow = create(
+    let slow = common::create_job(
         &p,
         json!({"name": "too slow", "handler": "demo.echo", "cron": "0 0 0 1 1 *",
                "timeoutMs": 200, "params": {"delayMs": 5000}}),
@@ -818,7 +792,7 @@ async fn a_lost_job_lock_is_counted_and_is_an_event_of_the_fire() {
     })
     .await;
     // A long handler of a non-concurrent job holds the job's Redis lock.
-    let job = create(
+    let job = common::create_job(
         &api,
         json!({"name": "long holder", "handler": "demo.echo", "cron": "0 0 0 1 1 *",
                "timeoutMs": 0, "params": {"delayMs": 120000}}),
@@ -1028,7 +1002,7 @@ async fn overlapping_fires_are_counted_as_skips_the_run_log_agrees_with() {
     let receiver = Receiver::start().await;
     let p = serve(&receiver, false);
     // Runs 2.5 s every second and never overlaps itself.
-    let job = create(
+    let job = common::create_job(
         &p,
         json!({"name": "overlapping", "handler": "demo.echo", "cron": "* * * * * *",
                "params": {"delayMs": 2500}}),

@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::cluster::Redis;
 use crate::common::{BIN, TempDir};
 
 /// A running binary whose stderr goes to `stderr.log` in its directory.
@@ -709,72 +710,6 @@ pub fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<
         .map(|s| s.value)
 }
 
-/// Polls `check` every 100 ms until it gives a value, at most `limit`.
-pub async fn until<T>(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A Redis server of the test's own on a free port.
-pub struct Redis {
-    child: Child,
-    pub port: u16,
-}
-
-impl Redis {
-    pub fn start() -> Redis {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed for the cluster tests");
-        let mut redis = Redis { child, port };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = redis.child.kill();
-        panic!("redis-server did not listen on {port}");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A PostgreSQL database of the test's own, dropped at the end.
 pub struct Database {
     pub url: String,
@@ -819,14 +754,7 @@ impl Drop for Database {
 
 /// The environment of a cluster process (`api` or `worker`).
 pub fn cluster_env(db: &Database, redis: &Redis, instance: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("QIWU_LISTEN", "127.0.0.1:0".into()),
-        ("QIWU_DATABASE_URL", db.url.clone()),
-        ("QIWU_REDIS_URL", redis.url()),
-        ("QIWU_JWT_SECRET", crate::common::SECRET.into()),
-        ("QIWU_TIMEZONE", "UTC".into()),
-        ("QIWU_INSTANCE_ID", instance.into()),
-    ]
+    crate::common::cluster::cluster_env(&db.url, &redis.url(), instance)
 }
 
 #[cfg(test)]

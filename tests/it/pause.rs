@@ -5,10 +5,9 @@
 //! after the end (on all three databases); batches by ids and by group;
 //! validation; permission.
 
-use crate::common;
-
 use std::time::Duration;
 
+use crate::common;
 use crate::common::{Db, Server, admin_token, client, records, token};
 use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
@@ -124,19 +123,6 @@ fn time(v: &Value) -> DateTime<Utc> {
         .unwrap_or_else(|| panic!("not a time: {v}"))
 }
 
-/// Polls `check` every 100 ms for at most `limit`; panics with `what`.
-async fn wait_until<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = std::time::Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Pauses every-second jobs for a few seconds and watches them come back:
 /// the pause's fields on the detail and the list, one enable by the
 /// system per job at the end, no record of the paused seconds, and the
@@ -152,8 +138,8 @@ async fn pause_and_resume(target: &Target, jobs: usize) {
     }
     // Each fires before it is paused.
     for id in &ids {
-        wait_until(Duration::from_secs(20), "a first fire", || async {
-            !records(&target.store, *id).await.is_empty()
+        common::until("a first fire", Duration::from_secs(20), async || {
+            (!records(&target.store, *id).await.is_empty()).then_some(())
         })
         .await;
     }
@@ -218,9 +204,11 @@ async fn pause_and_resume(target: &Target, jobs: usize) {
     assert_eq!(time(&item["pausedAt"]), paused[0].1);
 
     for id in &ids {
-        wait_until(Duration::from_secs(20), "the job enabled again", || async {
-            target.job(*id).await["enabled"] == true
-        })
+        common::until(
+            "the job enabled again",
+            Duration::from_secs(20),
+            async || (target.job(*id).await["enabled"] == true).then_some(()),
+        )
         .await;
     }
     assert!(Utc::now() >= until, "resumed before its end");
@@ -240,14 +228,15 @@ async fn pause_and_resume(target: &Target, jobs: usize) {
 
         // The first fire after the end, and nothing in between.
         let paused_ms = paused_at.timestamp_millis();
-        wait_until(
-            Duration::from_secs(20),
+        common::until(
             "a fire after the pause",
-            || async {
+            Duration::from_secs(20),
+            async || {
                 records(&target.store, *id)
                     .await
                     .iter()
                     .any(|r| r.last > paused_ms && !before.contains(&r.fire_id))
+                    .then_some(())
             },
         )
         .await;

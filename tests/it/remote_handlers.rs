@@ -2,12 +2,11 @@
 //! `serve` binary with a `QIWU_CONFIG` file declaring `session.sweep` and
 //! `wf.task.remind`, each pointing at a receiver on 127.0.0.1:0.
 
-use crate::common;
-
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common;
 use crate::common::{BIN, SECRET, Server, TempDir, admin_token, client, wait_for_runs};
 use qiwu_scheduler_worker::handlers::dispatch::signature;
 use reqwest::StatusCode;
@@ -163,15 +162,9 @@ async fn get(server: &Server, path: &str, lang: &str) -> Value {
 }
 
 async fn run_once(server: &Server, job: i64) -> i64 {
-    let resp = client()
-        .post(server.url(&format!("/api/jobs/{job}/run")))
-        .bearer_auth(admin_token())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    let body: Value = resp.json().await.expect("json");
-    body["fireId"].as_i64().expect("fireId")
+    common::run_once(server, job).await["fireId"]
+        .as_i64()
+        .expect("fireId")
 }
 
 /// The one built-in job of `handler`, or None.

@@ -7,34 +7,13 @@
 use std::time::Duration;
 
 use crate::common::cluster::Cluster;
-use crate::common::{Db, Server, admin_token, client, records, runs_of, wait_for_runs};
+use crate::common::{
+    Db, Server, admin_token, client, create_job, now_ms, records, run_once, runs_of, wait_for_runs,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-async fn create(base: &Server, body: Value) -> i64 {
-    let resp = client()
-        .post(base.url("/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let job: Value = resp.json().await.expect("json");
-    job["id"].as_i64().expect("id")
-}
-
-async fn run_once(server: &Server, job: i64) {
-    let resp = client()
-        .post(server.url(&format!("/api/jobs/{job}/run")))
-        .bearer_auth(admin_token())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-}
 
 async fn set_enabled(server: &Server, job: i64, enabled: bool) {
     let resp = client()
@@ -58,17 +37,13 @@ async fn get_job(server: &Server, job: i64) -> Value {
     resp.json().await.expect("json")
 }
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 #[tokio::test]
 async fn a_retry_still_running_at_the_next_fire_time_skips_that_fire() {
     let server = Server::start();
     let store = server.store().await;
     // Every 2 s; each attempt times out after 1 s and the retry starts
     // 200 ms later, so the retry is still running at the next fire time.
-    let job = create(&server, json!({"name": "slow retry", "handler": "demo.echo", "cron": "*/2 * * * * *", "timeoutMs": 1000, "retryCount": 2, "retryIntervalMs": 200, "params": {"delayMs": 1500}})).await;
+    let job = create_job(&server, json!({"name": "slow retry", "handler": "demo.echo", "cron": "*/2 * * * * *", "timeoutMs": 1000, "retryCount": 2, "retryIntervalMs": 200, "params": {"delayMs": 1500}})).await;
     let runs = wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "skipped")
     })
@@ -91,7 +66,7 @@ async fn a_retry_still_running_at_the_next_fire_time_skips_that_fire() {
 async fn run_once_while_a_run_is_going_is_skipped() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "busy", "handler": "demo.echo", "enabled": false, "params": {"delayMs": 3000}})).await;
+    let job = create_job(&server, json!({"name": "busy", "handler": "demo.echo", "enabled": false, "params": {"delayMs": 3000}})).await;
     run_once(&server, job).await;
     wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "running")
@@ -111,7 +86,7 @@ async fn run_once_while_a_run_is_going_is_skipped() {
 async fn re_enabling_continues_from_the_next_time_and_misses_nothing() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "paused", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once"})).await;
+    let job = create_job(&server, json!({"name": "paused", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once"})).await;
     wait_for_runs(&store, job, LIMIT, |runs| runs.len() >= 2).await;
     set_enabled(&server, job, false).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -144,7 +119,7 @@ async fn re_enabling_continues_from_the_next_time_and_misses_nothing() {
 async fn disabling_during_a_run_does_not_interrupt_it() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "long", "handler": "demo.echo", "enabled": false, "params": {"delayMs": 2000, "message": "done"}})).await;
+    let job = create_job(&server, json!({"name": "long", "handler": "demo.echo", "enabled": false, "params": {"delayMs": 2000, "message": "done"}})).await;
     run_once(&server, job).await;
     wait_for_runs(&store, job, LIMIT, |runs| {
         runs.iter().any(|r| r.status == "running")
@@ -166,7 +141,7 @@ async fn disabling_during_a_run_does_not_interrupt_it() {
 async fn a_new_release_rejecting_saved_params_fails_the_fire_until_the_job_is_edited() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(&server, json!({"name": "old params", "handler": "demo.echo", "cron": "* * * * * *", "retryCount": 3})).await;
+    let job = create_job(&server, json!({"name": "old params", "handler": "demo.echo", "cron": "* * * * * *", "retryCount": 3})).await;
     {
         use sea_orm::{ConnectionTrait, Statement};
         store
@@ -287,7 +262,7 @@ async fn the_built_in_jobs_have_the_manuals_defaults() {
 async fn a_catch_up_cut_off_by_a_crash_before_it_started_is_redone() {
     use sea_orm::{ConnectionTrait, Statement};
     let server = Server::start();
-    let job = create(&server, json!({"name": "catch up", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once"})).await;
+    let job = create_job(&server, json!({"name": "catch up", "handler": "demo.echo", "cron": "* * * * * *", "misfirePolicy": "run_once"})).await;
     let store = server.store().await;
     wait_for_runs(&store, job, LIMIT, |runs| runs.len() >= 2).await;
     drop(store);

@@ -1,36 +1,14 @@
 //! Run control through `serve` (issue 10): cancelling a running run, by the
 //! API's message and, when no message comes, from the database.
 
-use crate::common;
-
 use std::time::Duration;
 
-use crate::common::{Db, Server, admin_token, client, mint, token, wait_for_runs};
+use crate::common;
+use crate::common::{
+    Db, Server, admin_token, client, create_job, mint, run_once, token, wait_for_runs,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-async fn create(server: &Server, body: Value) -> i64 {
-    let resp = client()
-        .post(server.url("/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let job: Value = resp.json().await.expect("json");
-    job["id"].as_i64().expect("id")
-}
-
-async fn run_once(server: &Server, job: i64) {
-    let resp = client()
-        .post(server.url(&format!("/api/jobs/{job}/run")))
-        .bearer_auth(admin_token())
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-}
 
 async fn cancel(server: &Server, run: i64, token: &str, lang: &str) -> (StatusCode, Value) {
     let resp = client()
@@ -50,7 +28,7 @@ async fn cancel(server: &Server, run: i64, token: &str, lang: &str) -> (StatusCo
 async fn cancel_on(db: Db) {
     let server = Server::start_with(db, &[]);
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "long", "handler": "demo.echo", "enabled": false, "timeoutMs": 0,
                "retryCount": 3, "retryIntervalMs": 100, "params": {"delayMs": 600000}}),
@@ -233,7 +211,7 @@ async fn exponential_retry_backoff_through_serve() {
         "{problem}"
     );
 
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "backoff", "handler": "demo.echo", "enabled": false, "timeoutMs": 100,
                "retryCount": 3, "retryIntervalMs": 300, "retryBackoff": "exponential",
@@ -312,7 +290,7 @@ async fn put_job(server: &Server, job: i64, body: Value) -> (StatusCode, Value) 
 async fn overlap_policy_and_allow_concurrent_through_serve() {
     let server = Server::start();
     let store = server.store().await;
-    let job = create(
+    let job = create_job(
         &server,
         json!({"name": "parallel", "handler": "demo.echo", "allowConcurrent": true}),
     )
@@ -346,7 +324,7 @@ async fn overlap_policy_and_allow_concurrent_through_serve() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(problem["errors"][0]["field"], "overlapPolicy", "{problem}");
 
-    let queued = create(
+    let queued = create_job(
         &server,
         json!({"name": "queued", "handler": "demo.echo", "enabled": false, "timeoutMs": 0,
                "overlapPolicy": "queue_one", "params": {"delayMs": 1500}}),

@@ -8,78 +8,37 @@
 //! PostgreSQL and Redis), where the worker that records the end queues the
 //! callback.
 
-use crate::common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use crate::common::cluster::{Redis, cluster_env, migrate};
-use crate::common::{Db, Server, TempDir, admin_token, client, mint};
+use crate::common::receiver::{Received, hex, hmac_reference, read_request};
+use crate::common::{Db, Server, TempDir, admin_token, client, create_job, fields, mint};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 const WEBHOOK_SECRET: &str = "run-once-callback-secret-0123";
 
-/// HMAC-SHA256 from its definition (RFC 2104), to check the service's use
-/// of its library.
-fn hmac_reference(key: &[u8], message: &[u8]) -> String {
-    let mut k = [0u8; 64];
-    k[..key.len()].copy_from_slice(key);
-    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
-    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new()
-        .chain_update(&ipad)
-        .chain_update(message)
-        .finalize();
-    Sha256::new()
-        .chain_update(&opad)
-        .chain_update(inner)
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Received {
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Received {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    /// Checks `X-Qiwu-Signature` as a receiver would: HMAC-SHA256 of
-    /// `{timestamp}.{body}` keyed by the shared secret.
-    fn verify(&self) {
-        let ts = self.header("X-Qiwu-Timestamp").expect("timestamp");
-        let seconds: i64 = ts.parse().expect("Unix seconds");
-        assert!(
-            (chrono::Utc::now().timestamp() - seconds).abs() < 600,
-            "{ts}"
-        );
-        let expected = format!(
-            "sha256={}",
-            hmac_reference(
-                WEBHOOK_SECRET.as_bytes(),
-                format!("{ts}.{}", self.body).as_bytes()
-            )
-        );
-        assert_eq!(self.header("X-Qiwu-Signature"), Some(expected.as_str()));
-    }
+/// Checks `X-Qiwu-Signature` as a receiver would: HMAC-SHA256 of
+/// `{timestamp}.{body}` keyed by the shared secret.
+fn verify(req: &Received) {
+    let ts = req.header("X-Qiwu-Timestamp").expect("timestamp");
+    let seconds: i64 = ts.parse().expect("Unix seconds");
+    assert!(
+        (chrono::Utc::now().timestamp() - seconds).abs() < 600,
+        "{ts}"
+    );
+    let expected = format!(
+        "sha256={}",
+        hex(&hmac_reference(
+            WEBHOOK_SECRET.as_bytes(),
+            format!("{ts}.{}", req.body).as_bytes()
+        ))
+    );
+    assert_eq!(req.header("X-Qiwu-Signature"), Some(expected.as_str()));
 }
 
 /// A local HTTP server answering 200 to every request.
@@ -129,46 +88,6 @@ impl Receiver {
     }
 }
 
-async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<Received> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let headers: Vec<(String, String)> = head
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            Some((k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some(Received {
-        headers,
-        body: String::from_utf8_lossy(&buf[head_end..head_end + len]).to_string(),
-    })
-}
-
 /// `POST /api/jobs/{job}/run` with an optional key and body.
 async fn run(
     base: &str,
@@ -206,31 +125,6 @@ async fn get(base: &str, path: &str) -> Value {
         .json()
         .await
         .expect("json")
-}
-
-async fn create(base: &str, body: Value) -> i64 {
-    let resp = client()
-        .post(format!("{base}/api/jobs"))
-        .bearer_auth(admin_token())
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    let job: Value = resp.json().await.expect("json");
-    job["id"].as_i64().expect("id")
-}
-
-fn fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e["field"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Runs `notify.dispatch` (again while it was skipped or raced the
@@ -273,13 +167,13 @@ async fn run_once_on(db: Db) {
     let base = base.trim_end_matches('/');
     let store = server.store().await;
     let receiver = Receiver::start().await;
-    let job = create(
+    let job = create_job(
         base,
         json!({"name": "orders", "handler": "demo.echo", "enabled": false,
                "params": {"message": "done"}}),
     )
     .await;
-    let other = create(
+    let other = create_job(
         base,
         json!({"name": "other", "handler": "demo.echo", "enabled": false}),
     )
@@ -394,7 +288,7 @@ async fn run_once_on(db: Db) {
         "bob"
     );
     let received = callback_of(base, &receiver, fire).await;
-    received.verify();
+    verify(&received);
     let body = received.json();
     assert_eq!(body["fireId"], fire);
     assert_eq!(body["jobId"], job);
@@ -413,7 +307,7 @@ async fn run_once_on(db: Db) {
 
     // A fire that keeps timing out reports once, after its retries, with
     // the last attempt's status and error.
-    let slow = create(
+    let slow = create_job(
         base,
         json!({"name": "slow", "handler": "demo.echo", "enabled": false, "timeoutMs": 200,
                "retryCount": 2, "retryIntervalMs": 100, "params": {"delayMs": 60000}}),
@@ -431,7 +325,7 @@ async fn run_once_on(db: Db) {
     let slow_fire = body["fireId"].as_i64().expect("fireId");
     ended_runs(&store, slow, slow_fire, 3).await;
     let received = callback_of(base, &receiver, slow_fire).await;
-    received.verify();
+    verify(&received);
     let body = received.json();
     assert_eq!(body["status"], "timeout", "{body}");
     assert_eq!(body["attempts"], 3, "{body}");
@@ -481,7 +375,7 @@ async fn run_once_in_a_cluster_on_postgres() {
     let base = base.trim_end_matches('/');
     let store = qiwu_storage::Store::connect(&url).await.expect("store");
     let receiver = Receiver::start().await;
-    let job = create(
+    let job = create_job(
         base,
         json!({"name": "cluster orders", "handler": "demo.echo", "enabled": false}),
     )
@@ -513,7 +407,7 @@ async fn run_once_in_a_cluster_on_postgres() {
     let detail = get(base, &format!("/api/runs/{}", runs[0].id)).await;
     assert_eq!(detail["startedBy"], "apikey:orders-service", "{detail}");
     let received = callback_of(base, &receiver, fire).await;
-    received.verify();
+    verify(&received);
     let body = received.json();
     assert_eq!(
         (body["status"].clone(), body["attempts"].clone()),

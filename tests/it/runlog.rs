@@ -3,10 +3,9 @@
 //! tested here, so runs are written straight into the server's database
 //! through the storage crate.
 
-use crate::common;
-
 use std::io::Read;
 
+use crate::common;
 use crate::common::{Db, Server, admin_token, client, token};
 use chrono::{DateTime, TimeZone, Utc};
 use qiwu_storage::Store;

@@ -1,10 +1,9 @@
 //! Black-box tests of start-up: the zero-configuration default, bad
 //! configuration, and a clean exit on SIGTERM.
 
-use crate::common;
-
 use std::process::Command;
 
+use crate::common;
 use crate::common::{BIN, Server, TempDir, client};
 use reqwest::StatusCode;
 

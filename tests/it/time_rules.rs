@@ -3,11 +3,10 @@
 //! the job detail, followed by the engine, and a calendar a job names kept
 //! from deletion; on SQLite, PostgreSQL and MariaDB.
 
-use crate::common;
-
 use std::time::Duration;
 
-use crate::common::{Db, Server, admin_token, client, wait_for_runs};
+use crate::common;
+use crate::common::{Db, Server, admin_token, fields, wait_for_runs};
 use chrono::{NaiveDate, TimeDelta, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -19,18 +18,14 @@ async fn send(
     lang: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = client()
-        .request(method, server.url(path))
-        .bearer_auth(admin_token())
-        .header("Accept-Language", lang);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.expect("body");
-    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, value)
+    common::send(
+        method,
+        server.url(path),
+        Some(&admin_token()),
+        Some(lang),
+        body,
+    )
+    .await
 }
 
 async fn get(server: &Server, path: &str) -> (StatusCode, Value) {
@@ -43,19 +38,6 @@ async fn post(server: &Server, path: &str, body: Value) -> (StatusCode, Value) {
 
 async fn put(server: &Server, path: &str, body: Value) -> (StatusCode, Value) {
     send(reqwest::Method::PUT, server, path, "en", Some(body)).await
-}
-
-/// The fields a 400 names, in order.
-fn fields(problem: &Value) -> Vec<String> {
-    problem["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e["field"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Today's date in Shanghai and the next `n` days.

@@ -2,7 +2,11 @@
 //! working directory and database per server, port 0, tokens minted with
 //! the same secret.
 
+pub mod api;
 pub mod cluster;
+pub mod receiver;
+
+pub use api::{create_job, fields, now_ms, run_once, send};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -100,6 +104,18 @@ pub async fn wait_for_runs(
             start.elapsed() < limit,
             "condition not reached within {limit:?}; runs: {runs:#?}"
         );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `check` every 100 ms until it gives a value, at most `limit`.
+pub async fn until<T>(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
