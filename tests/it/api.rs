@@ -2,7 +2,7 @@
 //! fresh database.
 
 use crate::common;
-use crate::common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, client, delete, get, post, put, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -14,22 +14,6 @@ async fn send(
     body: Option<Value>,
 ) -> (StatusCode, Value) {
     common::send(method, server.url(path), token, None, body).await
-}
-
-async fn get(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {
-    send(reqwest::Method::GET, server, path, Some(token), None).await
-}
-
-async fn post(server: &Server, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
-    send(reqwest::Method::POST, server, path, Some(token), Some(body)).await
-}
-
-async fn put(server: &Server, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
-    send(reqwest::Method::PUT, server, path, Some(token), Some(body)).await
-}
-
-async fn delete(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {
-    send(reqwest::Method::DELETE, server, path, Some(token), None).await
 }
 
 /// Creates, reads, updates, toggles and deletes jobs: the walk-through of

@@ -4,7 +4,7 @@
 //! (as the worker does).
 
 use crate::common;
-use crate::common::{Server, admin_token, fields, token};
+use crate::common::{Server, admin_token, fields, get, put, token};
 use chrono::{Duration, TimeZone, Utc};
 use qiwu_scheduler_worker::{TimeoutAlert, raise_timeout_alert};
 use qiwu_storage::{NewNotification, Store};
@@ -35,22 +35,6 @@ async fn send(
     body: Option<Value>,
 ) -> (StatusCode, Value) {
     common::send(method, server.url(path), token, lang, body).await
-}
-
-async fn get(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {
-    send(server, reqwest::Method::GET, path, Some(token), None, None).await
-}
-
-async fn put(server: &Server, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
-    send(
-        server,
-        reqwest::Method::PUT,
-        path,
-        Some(token),
-        None,
-        Some(body),
-    )
-    .await
 }
 
 async fn post(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {

@@ -112,3 +112,33 @@ pub fn fields(problem: &Value) -> Vec<String> {
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
+
+/// `GET path` with a token.
+pub async fn get<B: Base + ?Sized>(base: &B, path: &str, token: &str) -> (StatusCode, Value) {
+    send(Method::GET, base.at(path), Some(token), None, None).await
+}
+
+/// `POST path` with a token and a JSON body.
+pub async fn post<B: Base + ?Sized>(
+    base: &B,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    send(Method::POST, base.at(path), Some(token), None, Some(body)).await
+}
+
+/// `PUT path` with a token and a JSON body.
+pub async fn put<B: Base + ?Sized>(
+    base: &B,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    send(Method::PUT, base.at(path), Some(token), None, Some(body)).await
+}
+
+/// `DELETE path` with a token.
+pub async fn delete<B: Base + ?Sized>(base: &B, path: &str, token: &str) -> (StatusCode, Value) {
+    send(Method::DELETE, base.at(path), Some(token), None, None).await
+}
