@@ -298,21 +298,7 @@ async fn a_lost_lock_stops_the_handler_and_records_failed() {
     cluster.redis.restart();
     // Run once is announced over Redis: wait until every worker listens
     // again (the database would tell them only at the next reconciliation).
-    let workers = cluster.workers.len().to_string();
-    let start = std::time::Instant::now();
-    while cluster
-        .redis
-        .cli(&["PUBSUB", "NUMSUB", qiwu_storage::CHANGES_CHANNEL])
-        .lines()
-        .nth(1)
-        .is_none_or(|n| n.trim() != workers)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "workers did not resubscribe"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster.until_workers_listen().await;
     run_once(&cluster).await;
     let runs = common::wait_for_runs(&store, job, Duration::from_secs(30), |runs| {
         runs.iter().filter(|r| r.status == "running").count() == 1 && runs.len() == 2

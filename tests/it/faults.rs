@@ -115,7 +115,7 @@ async fn a_stopped_then_frozen_database_leaves_one_record_per_fire_time() {
     let long = cluster
         .create(json!({"name": "long", "handler": "demo.echo", "cron": "*/5 * * * * *", "timeoutMs": 0, "params": {"delayMs": 7000}}))
         .await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.until_firing(&jobs).await;
     let from = now_ms();
     tokio::time::sleep(Duration::from_secs(4)).await;
 
@@ -298,7 +298,7 @@ async fn two_of_three_go_at_once(kill: bool) {
     for i in 0..20 {
         jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
     }
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster.until_firing(&jobs).await;
     let from = now_ms();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let gone: Vec<Server> = ["w1", "w2"]
@@ -350,7 +350,7 @@ async fn edits_whose_change_message_is_lost() {
     let job = cluster
         .create(json!({"name": "tick", "handler": "demo.echo", "cron": "* * * * * *", "allowConcurrent": true}))
         .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.until_firing(&[job]).await;
     let from = now_ms();
     // Redis holds every write (the change messages) for 8 s: a remark edit
     // is never announced, and loses no fire.
@@ -439,7 +439,7 @@ async fn a_stopped_then_frozen_mariadb_leaves_one_record_per_fire_time() {
     for i in 0..10 {
         jobs.push(cluster.create(json!({"name": format!("tick-{i}"), "handler": "demo.echo", "cron": "* * * * * *"})).await);
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.until_firing(&jobs).await;
     let from = now_ms();
     tokio::time::sleep(Duration::from_secs(3)).await;
     db.stop();

@@ -389,7 +389,8 @@ async fn after_downtime_only_one_instance_catches_each_job_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconciliation_repairs_a_lost_change_message() {
     let cluster = Cluster::start(Db::Postgres, 2);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Both workers have armed their jobs and listen before the message is lost.
+    cluster.until_workers_listen().await;
     // Redis holds every write while the job is created: its message is lost.
     cluster.redis.cli(&["CLIENT", "PAUSE", "3000", "WRITE"]);
     let job = cluster

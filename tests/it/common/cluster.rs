@@ -8,10 +8,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::{Db, Server, TempDir, admin_token, client, drop_database, fresh_database};
+use super::{Db, Server, TempDir, drop_database, fresh_database};
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
@@ -584,17 +583,48 @@ impl Cluster {
             .expect("open the cluster database")
     }
 
+    /// Creates a job through the `api` process; returns its id.
     pub async fn create(&self, body: Value) -> i64 {
-        let resp = client()
-            .post(self.api.url("/api/jobs"))
-            .bearer_auth(admin_token())
-            .json(&body)
-            .send()
-            .await
-            .expect("request");
-        assert_eq!(resp.status(), StatusCode::CREATED);
-        let job: Value = resp.json().await.expect("json");
-        job["id"].as_i64().expect("id")
+        super::create_job(&self.api, body).await
+    }
+
+    /// Waits until every worker is ready and each of `jobs` has a run (at
+    /// most 60 s): the cluster is firing them, so the seconds from now on
+    /// are the ones a test can hold it to.
+    pub async fn until_firing(&self, jobs: &[i64]) {
+        for worker in self.workers.values() {
+            worker.wait_ready();
+        }
+        let store = self.store().await;
+        super::wait_for_all_runs(&store, Duration::from_secs(60), |runs| {
+            jobs.iter().all(|job| runs.iter().any(|r| r.job_id == *job))
+        })
+        .await;
+        store.connection().clone().close().await.ok();
+    }
+
+    /// Waits until every worker is ready (its jobs armed) and listens on
+    /// the Redis change channel, so a change made now reaches each one by
+    /// message (at most 30 s).
+    pub async fn until_workers_listen(&self) {
+        for worker in self.workers.values() {
+            worker.wait_ready();
+        }
+        let workers = self.workers.len().to_string();
+        let start = std::time::Instant::now();
+        while self
+            .redis
+            .cli(&["PUBSUB", "NUMSUB", qiwu_storage::CHANGES_CHANNEL])
+            .lines()
+            .nth(1)
+            .is_none_or(|n| n.trim() != workers)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the workers did not subscribe to the change channel"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Stops every worker cleanly (SIGTERM), asserting each exits 0.
