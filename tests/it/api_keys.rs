@@ -1,7 +1,7 @@
 //! Black-box tests of service accounts' API keys (SPEC §9): created by super
 //! admins, shown once, scoped to permissions, revocable, audited.
 
-use crate::common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, audit, client, token};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -85,18 +85,6 @@ async fn delete(server: &Server, path: &str, bearer: &str) -> Answer {
         None,
     )
     .await
-}
-
-/// The audit entries matching `query`, newest first.
-async fn audit(server: &Server, query: &str) -> Vec<Value> {
-    let a = get(
-        server,
-        &format!("/api/audit-logs?limit=100&{query}"),
-        &admin_token(),
-    )
-    .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
-    a.json["items"].as_array().expect("items").clone()
 }
 
 /// A disabled demo.echo job (so nothing fires on schedule); its id.

@@ -3,7 +3,7 @@
 //! PostgreSQL and MariaDB, and the cron preview with a calendar.
 
 use crate::common;
-use crate::common::{Db, Server, admin_token, client, token};
+use crate::common::{Db, Server, admin_token, audit, client, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -32,18 +32,6 @@ async fn put(server: &Server, path: &str, token: &str, body: Value) -> (StatusCo
 
 async fn delete(server: &Server, path: &str, token: &str) -> (StatusCode, Value) {
     send(reqwest::Method::DELETE, server, path, token, "zh", None).await
-}
-
-/// The audit entries of one action, newest first.
-async fn audit(server: &Server, action: &str) -> Vec<Value> {
-    let (status, page) = get(
-        server,
-        &format!("/api/audit-logs?limit=100&action={action}"),
-        &admin_token(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    page["items"].as_array().expect("items").clone()
 }
 
 fn field_of(problem: &Value, field: &str) -> Option<String> {
@@ -150,7 +138,7 @@ async fn calendar_lifecycle(db: Db) {
     let (status, got) = get(&server, "/api/calendars/acme", &admin).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(got, created);
-    let entries = audit(&server, "calendar.create").await;
+    let entries = audit(&server, "action=calendar.create").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["targetType"], "calendar");
     assert_eq!(entries[0]["targetId"], "acme");
@@ -244,7 +232,7 @@ async fn calendar_lifecycle(db: Db) {
     );
     let (status, _) = put(&server, "/api/calendars/ghost", &admin, good).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let entries = audit(&server, "calendar.modify").await;
+    let entries = audit(&server, "action=calendar.modify").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["before"]["version"], 1);
     assert_eq!(entries[0]["before"]["dates"], created["dates"]);
@@ -297,7 +285,7 @@ async fn calendar_lifecycle(db: Db) {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = delete(&server, "/api/calendars/acme", &admin).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let entries = audit(&server, "calendar.delete").await;
+    let entries = audit(&server, "action=calendar.delete").await;
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0]["before"]["name"], "ACME 2027");
     assert_eq!(entries[0]["after"], Value::Null);

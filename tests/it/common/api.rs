@@ -142,3 +142,16 @@ pub async fn put<B: Base + ?Sized>(
 pub async fn delete<B: Base + ?Sized>(base: &B, path: &str, token: &str) -> (StatusCode, Value) {
     send(Method::DELETE, base.at(path), Some(token), None, None).await
 }
+
+/// The audit entries matching `query` (such as `action=job.create`),
+/// newest first, read as the super admin.
+pub async fn audit<B: Base + ?Sized>(base: &B, query: &str) -> Vec<Value> {
+    let (status, page) = get(
+        base,
+        &format!("/api/audit-logs?limit=100&{query}"),
+        &admin_token(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    page["items"].as_array().expect("items").clone()
+}

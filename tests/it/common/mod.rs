@@ -6,7 +6,7 @@ pub mod api;
 pub mod cluster;
 pub mod receiver;
 
-pub use api::{create_job, delete, fields, get, now_ms, post, put, run_once, send};
+pub use api::{audit, create_job, delete, fields, get, now_ms, post, put, run_once, send};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

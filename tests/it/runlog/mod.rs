@@ -6,7 +6,7 @@
 use std::io::Read;
 
 use crate::common;
-use crate::common::{Db, Server, admin_token, client, delete, get, post, put, token};
+use crate::common::{Db, Server, admin_token, audit, client, delete, get, post, put, token};
 use chrono::{DateTime, TimeZone, Utc};
 use qiwu_storage::Store;
 use qiwu_storage::entity::run;
@@ -226,18 +226,6 @@ async fn create_job(server: &Server, token: &str, name: &str) -> Value {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     job
-}
-
-/// The audit entries matching `query`, newest first.
-async fn audit(server: &Server, query: &str) -> Vec<Value> {
-    let (status, page) = get(
-        server,
-        &format!("/api/audit-logs?limit=100&{query}"),
-        &admin_token(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{page}");
-    page["items"].as_array().expect("items").clone()
 }
 
 mod access;
