@@ -2,7 +2,7 @@
 """Checks that the Grafana dashboard and the alert rules query only metrics
 the README's "Monitoring" table documents (run by deploy/ci/run).
 
-The black-box test tests/prometheus.rs checks the other direction: every
+The black-box test tests/it/monitoring.rs checks the other direction: every
 metric the real processes expose is in that table.
 """
 
