@@ -596,25 +596,24 @@ pub async fn preview_change(
             .to_string(),
         );
     }
-    let (after, calendar_effect) =
-        match job_schedule(&state, &after_record, new_cron, tz).await? {
-            Ok(schedule) => {
-                if let Some(notice) = schedule.calendar_notice(now) {
-                    notices.push(notice.message(lang));
-                }
-                let times = schedule.upcoming(now, 5);
-                let effect = times.last().and_then(|last| {
-                    schedule
-                        .calendar_effect(now, *last)
-                        .map(|effect| CalendarEffectDto::new(&effect, lang))
-                });
-                (in_zone(times, tz), effect)
+    let (after, calendar_effect) = match job_schedule(&state, &after_record, new_cron, tz).await? {
+        Ok(schedule) => {
+            if let Some(notice) = schedule.calendar_notice(now) {
+                notices.push(notice.message(lang));
             }
-            Err(why) => {
-                notices.push(why.pick(lang).to_string());
-                (vec![], None)
-            }
-        };
+            let times = schedule.upcoming(now, 5);
+            let effect = times.last().and_then(|last| {
+                schedule
+                    .calendar_effect(now, *last)
+                    .map(|effect| CalendarEffectDto::new(&effect, lang))
+            });
+            (in_zone(times, tz), effect)
+        }
+        Err(why) => {
+            notices.push(why.pick(lang).to_string());
+            (vec![], None)
+        }
+    };
     let catch_up_note = if new_schedule {
         lang.pick(
             "保存即开始新的触发计划：保存之前的触发时间不算错过，不会补跑。",
