@@ -132,6 +132,8 @@ struct Ledger {
     duplicated: u64,
     skipped: u64,
     lags: Vec<i64>,
+    /// First runs by status.
+    statuses: std::collections::BTreeMap<String, u64>,
 }
 
 async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledger {
@@ -180,7 +182,11 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     .await;
     let mut skipped = 0;
     let mut lags = Vec::new();
+    let mut statuses = std::collections::BTreeMap::new();
     for r in &runs {
+        *statuses
+            .entry(r["status"].as_str().unwrap_or("?").to_string())
+            .or_insert(0) += 1;
         if r["status"] == "skipped" {
             skipped += 1;
         } else {
@@ -195,6 +201,7 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
         duplicated,
         skipped,
         lags,
+        statuses,
     }
 }
 
@@ -321,6 +328,7 @@ async fn bench(setup: &Setup, seconds: u64) {
         api_errors,
         ready.as_secs_f64(),
     );
+    println!("           first runs by status: {:?}", ledger.statuses);
     drop(store);
     database.drop_now().await;
 }
