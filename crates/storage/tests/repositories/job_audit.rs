@@ -1,6 +1,7 @@
 //! A job write and its audit entries commit together, on all three
 //! databases: a refused write (name taken, stale version, not found)
-//! leaves no entry, a committed one exactly the entries it was given.
+//! leaves no entry, a committed one exactly the entries it was given, and
+//! an entry that cannot be stored undoes the write.
 
 use qiwu_domain::pause::PauseRequest;
 use qiwu_storage::{AuditFilter, AuditRecord, EnabledOutcome, JobSelection, NewAudit};
@@ -11,6 +12,7 @@ scenarios!(
     create_and_update_commit_with_their_audit,
     pause_writes_commit_with_their_audit,
     deletes_commit_with_their_audit,
+    an_audit_that_cannot_be_stored_undoes_the_write,
 );
 
 /// The entry a test write leaves for `job`.
@@ -227,4 +229,47 @@ async fn deletes_commit_with_their_audit(store: Store) {
     assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
     assert_eq!(entries(&store).await.len(), 3);
     assert_eq!(jobs.count_in_group("default").await.unwrap(), 1);
+}
+
+async fn an_audit_that_cannot_be_stored_undoes_the_write(store: Store) {
+    let jobs = store.jobs();
+    let a = jobs.create(&new_job("a"), "alice", now()).await.unwrap();
+    // Without its table, every audit insert fails.
+    store
+        .connection()
+        .execute_unprepared("DROP TABLE audit_logs")
+        .await
+        .unwrap();
+    jobs.create_audited(&new_job("b"), "alice", now(), |j| entry("job.create", j))
+        .await
+        .unwrap_err();
+    jobs.update_audited(a.id, 1, &new_job("a2"), "alice", now(), |_, after| {
+        entry("job.modify", after)
+    })
+    .await
+    .unwrap_err();
+    jobs.pause_audited(a.id, &request(false), Some(1), "alice", now(), |o| {
+        entry("job.disable", &o.after)
+    })
+    .await
+    .unwrap_err();
+    jobs.pause_many_audited(
+        JobSelection::Group("default"),
+        &request(false),
+        "alice",
+        now(),
+        |o| entry("job.disable", &o.after),
+    )
+    .await
+    .unwrap_err();
+    jobs.delete_audited(a.id, now(), |j| entry("job.delete", j))
+        .await
+        .unwrap_err();
+    jobs.delete_many_audited(&[a.id], now(), |j| entry("job.delete", j))
+        .await
+        .unwrap_err();
+    // Every write was rolled back with its entry.
+    let (all, total) = jobs.list(&JobFilter::default(), 1, 10).await.unwrap();
+    assert_eq!(total, 1);
+    assert_eq!(all, vec![a]);
 }
