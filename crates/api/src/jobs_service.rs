@@ -270,6 +270,7 @@ pub(crate) async fn check(
     })
 }
 
+/// A checked job as storage writes it; `builtin_key` only for a create.
 pub(crate) fn to_new_job(checked: Checked, builtin_key: Option<String>) -> NewJob {
     let Checked { spec, rules, alert } = checked;
     NewJob {
@@ -334,6 +335,7 @@ fn writable(job: &JobRecord) -> Map<String, Value> {
     map
 }
 
+/// Job `id`, or a 404 naming it.
 pub(crate) async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
     state
         .store
