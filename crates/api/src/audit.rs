@@ -1,8 +1,12 @@
 //! Writing the audit log (SPEC §9): who created, modified, enabled or
 //! disabled, deleted, exported or ran a job, and who deleted, cleared or
 //! exported runs, with before/after values, who created or revoked an
-//! API key, and who created, changed or deleted a calendar. Handlers call [`record`] right after their change succeeded, in
-//! the same request.
+//! API key, and who created, changed or deleted a calendar.
+//!
+//! Job writes store their entries in the write's own transaction
+//! (`jobs_service`, with [`Entry::by`]); settings and templates are audited
+//! by the storage crate itself. The other handlers call [`record`] right
+//! after their change succeeded, in the same request.
 
 use chrono::Utc;
 use qiwu_domain::Lang;
@@ -196,6 +200,22 @@ pub struct Entry {
     pub after: Option<Value>,
 }
 
+impl Entry {
+    /// The entry as `who` made it, ready to store (stamped with its time
+    /// when it is written).
+    pub fn by(self, who: &Principal) -> NewAudit {
+        NewAudit {
+            actor: who.actor(),
+            action: self.action.code().to_owned(),
+            target_type: self.target_type.code().to_owned(),
+            target_id: self.target_id,
+            summary: self.summary,
+            before: self.before,
+            after: self.after,
+        }
+    }
+}
+
 /// Appends one entry for `who`, stamped now. See [`record_all`] for what
 /// happens when it cannot be stored.
 #[allow(clippy::too_many_arguments)] // one call reads as one audit line
@@ -227,18 +247,7 @@ pub async fn record(
 /// the entries are written to the service log at error level instead, in
 /// full, so that they are not lost.
 pub async fn record_all(state: &AppState, who: &Principal, entries: Vec<Entry>) {
-    let entries: Vec<NewAudit> = entries
-        .into_iter()
-        .map(|e| NewAudit {
-            actor: who.actor(),
-            action: e.action.code().to_owned(),
-            target_type: e.target_type.code().to_owned(),
-            target_id: e.target_id,
-            summary: e.summary,
-            before: e.before,
-            after: e.after,
-        })
-        .collect();
+    let entries: Vec<NewAudit> = entries.into_iter().map(|e| e.by(who)).collect();
     if let Err(e) = state.store.audit().record_many(&entries, Utc::now()).await {
         for entry in &entries {
             tracing::error!(

@@ -11,6 +11,7 @@ mod document;
 pub mod dto;
 pub mod error;
 pub mod export;
+mod jobs_service;
 pub mod jwt;
 pub mod notify_dto;
 pub mod observe;

@@ -1,5 +1,7 @@
-//! The audit log: [`NewAudit`] entries written after each audited change and
-//! read back newest first with cursor paging through [`AuditRepo`].
+//! The audit log: [`NewAudit`] entries, written in the transaction of the
+//! change they describe where the storage crate makes it (jobs, settings,
+//! templates) or after it otherwise, and read back newest first with
+//! cursor paging through [`AuditRepo`].
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
@@ -161,11 +163,7 @@ impl AuditRepo<'_> {
             return Ok(());
         }
         let txn = self.store.begin_write().await?;
-        for chunk in entries.chunks(INSERT_CHUNK) {
-            audit_log::Entity::insert_many(chunk.iter().map(|e| row(e, now)))
-                .exec(&txn)
-                .await?;
-        }
+        insert_many(&txn, entries, now).await?;
         txn.commit().await?;
         Ok(())
     }
@@ -222,6 +220,21 @@ pub(crate) async fn insert(
     audit_log::Entity::insert(row(entry, now))
         .exec_without_returning(conn)
         .await?;
+    Ok(())
+}
+
+/// Appends entries inside a caller's transaction, so that they commit or
+/// roll back with the change they describe (a job write and its entries).
+pub(crate) async fn insert_many(
+    conn: &impl sea_orm::ConnectionTrait,
+    entries: &[NewAudit],
+    now: DateTime<Utc>,
+) -> Result<(), StorageError> {
+    for chunk in entries.chunks(INSERT_CHUNK) {
+        audit_log::Entity::insert_many(chunk.iter().map(|e| row(e, now)))
+            .exec_without_returning(conn)
+            .await?;
+    }
     Ok(())
 }
 

@@ -1,4 +1,9 @@
 //! Jobs: records, filters and the [`JobRepo`] repository.
+//!
+//! Every write of a job has an `_audited` form that inserts the audit
+//! entries describing it in the write's own transaction, so that a job
+//! change is never committed without its audit row (the API's writes use
+//! these); the plain forms write no entry (seeding, tests).
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -16,7 +21,7 @@ use qiwu_domain::pause::PauseRequest;
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
 use crate::timestamp::{from_millis, to_millis};
-use crate::{StorageError, Store};
+use crate::{NewAudit, StorageError, Store};
 
 /// Escape character for LIKE patterns. Not a backslash: MySQL string literals
 /// treat it specially while PostgreSQL's do not, so `ESCAPE '\'` is not portable.
@@ -511,7 +516,21 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
-        let db = self.store.connection();
+        self.create_audited(job, actor, now, |_| Vec::new()).await
+    }
+
+    /// [`JobRepo::create`] with the audit entries `audit` builds from the
+    /// created job (its id is known only then), inserted in the same
+    /// transaction: both are committed, or neither.
+    pub async fn create_audited(
+        &self,
+        job: &NewJob,
+        actor: &str,
+        now: DateTime<Utc>,
+        audit: impl FnOnce(&JobRecord) -> Vec<NewAudit>,
+    ) -> Result<JobRecord, StorageError> {
+        let at = now;
+        let txn = self.store.begin_write().await?;
         let now = to_millis(now);
         let row = job::ActiveModel {
             id: NotSet,
@@ -523,11 +542,19 @@ impl JobRepo<'_> {
             created_by: Set(actor.to_owned()),
             ..editable_fields(job, actor, now)
         };
-        match row.insert(db).await {
-            Ok(m) => JobRecord::try_from(m),
-            Err(e) if is_unique_violation(&e) => Err(self.create_conflict(job).await?),
-            Err(e) => Err(e.into()),
-        }
+        let created = match row.insert(&txn).await {
+            Ok(m) => JobRecord::try_from(m)?,
+            Err(e) if is_unique_violation(&e) => {
+                // The failed insert aborted the transaction (PostgreSQL):
+                // end it before reading which key clashed.
+                txn.rollback().await?;
+                return Err(self.create_conflict(job).await?);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        crate::audit::insert_many(&txn, &audit(&created), at).await?;
+        txn.commit().await?;
+        Ok(created)
     }
 
     /// Which unique key a failed insert hit: the built-in marker when a row
@@ -553,6 +580,39 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
+        type NoAudit = fn(&JobRecord, &JobRecord) -> Vec<NewAudit>;
+        self.update_with(id, expected_version, job, actor, now, None::<NoAudit>)
+            .await
+    }
+
+    /// [`JobRepo::update`] with the audit entries `audit` builds from the
+    /// job before (the row the version was checked against) and after,
+    /// inserted in the same transaction: both are committed, or neither.
+    pub async fn update_audited(
+        &self,
+        id: i64,
+        expected_version: i64,
+        job: &NewJob,
+        actor: &str,
+        now: DateTime<Utc>,
+        audit: impl FnOnce(&JobRecord, &JobRecord) -> Vec<NewAudit>,
+    ) -> Result<JobRecord, StorageError> {
+        self.update_with(id, expected_version, job, actor, now, Some(audit))
+            .await
+    }
+
+    /// The update; with `audit`, the stored row must also read as a record
+    /// (the entry's before), which a plain update does not need.
+    async fn update_with(
+        &self,
+        id: i64,
+        expected_version: i64,
+        job: &NewJob,
+        actor: &str,
+        now: DateTime<Utc>,
+        audit: Option<impl FnOnce(&JobRecord, &JobRecord) -> Vec<NewAudit>>,
+    ) -> Result<JobRecord, StorageError> {
+        let at = now;
         let txn = self.store.begin_write().await?;
         let now = to_millis(now);
         // A new schedule starts when cron, zone, enabled, the calendar, the
@@ -570,6 +630,10 @@ impl JobRepo<'_> {
                 current: current.version,
             });
         }
+        let audit = match audit {
+            Some(audit) => Some((audit, JobRecord::try_from(current.clone())?)),
+            None => None,
+        };
         let rules = &job.time_rules;
         let schedule_from = if current.cron != job.cron
             || current.timezone != job.timezone
@@ -621,6 +685,9 @@ impl JobRepo<'_> {
             });
         }
         let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
+        if let Some((audit, before)) = audit {
+            crate::audit::insert_many(&txn, &audit(&before, &updated), at).await?;
+        }
         txn.commit().await?;
         Ok(updated)
     }
@@ -663,6 +730,23 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<EnabledOutcome, StorageError> {
+        self.pause_audited(id, request, expected_version, actor, now, |_| Vec::new())
+            .await
+    }
+
+    /// [`JobRepo::pause`] with the audit entries `audit` builds from the
+    /// job before and after, inserted in the same transaction; called only
+    /// when the job changed (a request for the state it has audits
+    /// nothing).
+    pub async fn pause_audited(
+        &self,
+        id: i64,
+        request: &PauseRequest,
+        expected_version: Option<i64>,
+        actor: &str,
+        now: DateTime<Utc>,
+        audit: impl FnOnce(&EnabledOutcome) -> Vec<NewAudit>,
+    ) -> Result<EnabledOutcome, StorageError> {
         let txn = self.store.begin_write().await?;
         // A locking read: concurrent writers queue here and each decides
         // on the latest committed row.
@@ -679,6 +763,9 @@ impl JobRepo<'_> {
             });
         }
         let outcome = write_enabled(&txn, row, request, actor, to_millis(now)).await?;
+        if outcome.changed() {
+            crate::audit::insert_many(&txn, &audit(&outcome), now).await?;
+        }
         txn.commit().await?;
         Ok(outcome)
     }
@@ -693,6 +780,22 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<BatchEnabled, StorageError> {
+        self.pause_many_audited(selection, request, actor, now, |_| Vec::new())
+            .await
+    }
+
+    /// [`JobRepo::pause_many`] with the audit entries `audit` builds from
+    /// each job changed, before and after, inserted in the same
+    /// transaction (jobs left as they were audit nothing).
+    pub async fn pause_many_audited(
+        &self,
+        selection: JobSelection<'_>,
+        request: &PauseRequest,
+        actor: &str,
+        now: DateTime<Utc>,
+        audit: impl Fn(&EnabledOutcome) -> Vec<NewAudit>,
+    ) -> Result<BatchEnabled, StorageError> {
+        let at = now;
         let now = to_millis(now);
         let txn = self.store.begin_write().await?;
         let mut rows = Vec::new();
@@ -739,6 +842,8 @@ impl JobRepo<'_> {
                 batch.unchanged.push(id);
             }
         }
+        let entries: Vec<NewAudit> = batch.changed.iter().flat_map(&audit).collect();
+        crate::audit::insert_many(&txn, &entries, at).await?;
         txn.commit().await?;
         Ok(batch)
     }
@@ -915,14 +1020,37 @@ impl JobRepo<'_> {
         Ok(Some(after))
     }
 
-    /// Returns the deleted record (callers audit it), or `None` when missing.
+    /// Returns the deleted record, or `None` when missing.
     pub async fn delete(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {
         Ok(self.delete_many(&[id]).await?.pop())
+    }
+
+    /// [`JobRepo::delete`] with the audit entries `audit` builds from the
+    /// deleted job, stamped `now`, inserted in the same transaction.
+    pub async fn delete_audited(
+        &self,
+        id: i64,
+        now: DateTime<Utc>,
+        audit: impl Fn(&JobRecord) -> Vec<NewAudit>,
+    ) -> Result<Option<JobRecord>, StorageError> {
+        Ok(self.delete_many_audited(&[id], now, audit).await?.pop())
     }
 
     /// Deletes in one transaction; returns the records that existed and were
     /// deleted, by id ascending. Duplicate ids count once.
     pub async fn delete_many(&self, ids: &[i64]) -> Result<Vec<JobRecord>, StorageError> {
+        self.delete_many_audited(ids, Utc::now(), |_| Vec::new())
+            .await
+    }
+
+    /// [`JobRepo::delete_many`] with the audit entries `audit` builds from
+    /// each deleted job, stamped `now`, inserted in the same transaction.
+    pub async fn delete_many_audited(
+        &self,
+        ids: &[i64],
+        now: DateTime<Utc>,
+        audit: impl Fn(&JobRecord) -> Vec<NewAudit>,
+    ) -> Result<Vec<JobRecord>, StorageError> {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
@@ -953,6 +1081,8 @@ impl JobRepo<'_> {
                 .exec(&txn)
                 .await?;
         }
+        let entries: Vec<NewAudit> = deleted.iter().flat_map(&audit).collect();
+        crate::audit::insert_many(&txn, &entries, now).await?;
         txn.commit().await?;
         Ok(deleted)
     }

@@ -1,25 +1,25 @@
-//! Jobs: list, create, detail, update, enable/disable, delete.
+//! Jobs: list, create, detail, update, enable/disable, delete. The writes
+//! are `jobs_service` calls; these handlers extract the request and shape
+//! the answer.
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::Utc;
 use chrono_tz::Tz;
-use qiwu_domain::alert::{self, AlertPolicy};
-use qiwu_domain::job::{self, JobSpec};
-use qiwu_domain::{CronExpr, Lang, Schedule, TimeRules, builtin};
-use qiwu_storage::{EnabledOutcome, JobFilter, JobRecord, JobSelection, NewJob, StorageError};
-use serde_json::{Map, Value, json};
+use qiwu_domain::{CronExpr, Lang, Schedule};
+use qiwu_storage::{JobFilter, JobRecord, NewJob};
+use serde_json::Value;
 
-use crate::audit::{self, Action, Target};
 use crate::auth::{Need, Permission, perm};
 use crate::calendar_dto::CalendarEffectDto;
 use crate::dto::{
-    BatchEnabledResult, BatchEnabledWrite, BatchTarget, EnabledWrite, IdList, JobChangePreview,
-    JobCreate, JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone, job_json,
+    BatchEnabledResult, BatchEnabledWrite, EnabledWrite, IdList, JobChangePreview, JobCreate,
+    JobDetailDto, JobDto, JobPage, JobQuery, JobUpdate, RecentRunDto, in_zone,
 };
-use crate::error::{ApiError, Noun, Problem, ProblemField, Text, field_errors};
-use crate::query::{self, Id, MAX_SAFE_INTEGER};
-use crate::routes::calendars::{calendar_codes, find_calendar};
+use crate::error::{ApiError, Problem, ProblemField, Text};
+use crate::jobs_service::{self, body_object, check, load, merged, to_new_job};
+use crate::query::{self, Id};
+use crate::routes::calendars::find_calendar;
 use crate::state::AppState;
 
 /// Runs shown in a job's detail.
@@ -63,124 +63,6 @@ pub async fn list_jobs(
     }))
 }
 
-/// The body as a JSON object, or a 400 naming the problem.
-fn body_object(body: Value) -> Result<Map<String, Value>, ApiError> {
-    match body {
-        Value::Object(map) => Ok(map),
-        _ => Err(ApiError::bad_request(
-            "请求体必须是一个 JSON 对象",
-            "The request body must be a JSON object",
-        )),
-    }
-}
-
-/// Validates a merged job with its time rules and alert policy, turning every field error
-/// into the response.
-async fn validate(state: &AppState, input: &Map<String, Value>) -> Result<Checked, ApiError> {
-    check(state, input)
-        .await?
-        .map_err(|errors| ApiError::validation(field_errors(&errors)))
-}
-
-/// A merged job, checked: its fields, time rules and alert policy.
-struct Checked {
-    spec: JobSpec,
-    rules: TimeRules,
-    alert: AlertPolicy,
-}
-
-/// Checks a merged job with its time rules and alert policy: the job, or
-/// every field error.
-async fn check(
-    state: &AppState,
-    input: &Map<String, Value>,
-) -> Result<Result<Checked, Vec<job::FieldError>>, ApiError> {
-    let groups: Vec<String> = state
-        .store
-        .groups()
-        .list()
-        .await?
-        .into_iter()
-        .map(|g| g.code)
-        .collect();
-    let channels = state.store.alert_channels().ids().await?;
-    let calendars = calendar_codes(state).await?;
-    let spec = job::validate_with_time_rules(input, &state.catalog, &groups, &calendars);
-    let policy = alert::read_policy(input, &channels);
-    Ok(match (spec, policy) {
-        (Ok((spec, rules)), Ok(alert)) => Ok(Checked { spec, rules, alert }),
-        (spec, policy) => {
-            let mut errors = spec.err().unwrap_or_default();
-            errors.extend(policy.err().unwrap_or_default());
-            Err(errors)
-        }
-    })
-}
-
-fn to_new_job(checked: Checked, builtin_key: Option<String>) -> NewJob {
-    let Checked { spec, rules, alert } = checked;
-    NewJob {
-        time_rules: rules,
-        name: spec.name,
-        group: spec.group,
-        handler: spec.handler,
-        params: Value::Object(spec.params),
-        cron: spec.cron.as_str().to_string(),
-        timezone: spec.timezone.map(|tz| tz.name().to_string()),
-        enabled: spec.enabled,
-        retry_count: spec.retry_count,
-        retry_interval_ms: spec.retry_interval_ms,
-        timeout_ms: spec.timeout_ms,
-        allow_concurrent: spec.allow_concurrent,
-        misfire_policy: spec.misfire_policy.as_str().to_string(),
-        remark: spec.remark,
-        retry_backoff: spec.retry.backoff.as_str().to_string(),
-        retry_max_interval_ms: spec.retry.max_interval_ms,
-        retry_jitter: spec.retry.jitter,
-        overlap_policy: spec.overlap_policy.as_str().to_string(),
-        builtin_key,
-        alert,
-    }
-}
-
-/// A stored job as the writable JSON fields, the base an update merges over.
-fn writable(job: &JobRecord) -> Map<String, Value> {
-    let rules = &job.time_rules;
-    let Value::Object(map) = json!({
-        "calendar": rules.calendar,
-        "calendarRule": rules.calendar_rule.map(|r| r.as_str()),
-        "activeFrom": rules.active_from.map(|t| t.to_rfc3339()),
-        "activeUntil": rules.active_until.map(|t| t.to_rfc3339()),
-        "misfireGraceMs": rules.misfire_grace_ms,
-        "maxRuns": rules.max_runs,
-        "jitterMs": rules.jitter_ms,
-        "name": job.name,
-        "group": job.group,
-        "handler": job.handler,
-        "params": job.params,
-        "cron": job.cron.as_str(),
-        "timezone": job.timezone.map(|tz| tz.name()),
-        "enabled": job.enabled,
-        "retryCount": job.retry_count,
-        "retryIntervalMs": job.retry_interval_ms,
-        "timeoutMs": job.timeout_ms,
-        "allowConcurrent": job.allow_concurrent,
-        "misfirePolicy": job.misfire_policy.as_str(),
-        "remark": job.remark,
-        "alertOnFailure": job.alert.on_failure,
-        "alertAfterConsecutiveFailures": job.alert.after_consecutive_failures,
-        "alertOnRecovery": job.alert.on_recovery,
-        "alertChannels": job.alert.channels,
-        "retryBackoff": job.retry_backoff,
-        "retryMaxIntervalMs": job.retry_max_interval_ms,
-        "retryJitter": job.retry_jitter,
-        "overlapPolicy": job.overlap_policy.as_str(),
-    }) else {
-        return Map::new();
-    };
-    map
-}
-
 /// Creates a job; absent fields take their defaults.
 #[utoipa::path(
     tag = "jobs",
@@ -205,43 +87,10 @@ pub async fn create_job(
     who: Need<perm::TaskCreate>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let lang = who.lang;
-    let body = body_object(body.into_inner())?;
-    let mut input = job::defaults();
-    input.extend(alert::policy_defaults());
-    input.extend(job::time_rule_defaults());
-    input.extend(body);
-    let checked = validate(&state, &input).await?;
-    let created = state
-        .store
-        .jobs()
-        .create(&to_new_job(checked, None), &who.actor(), Utc::now())
-        .await?;
-    state.changes.job_changed(created.id);
-    audit::record(
-        &state,
-        &who,
-        Action::JobCreate,
-        Target::Job,
-        Some(created.id.to_string()),
-        format!("创建任务「{}」", created.name),
-        None,
-        job_json(&created),
-    )
-    .await;
-    tracing::info!(job = created.id, actor = %who.sub, "job created");
+    let created = jobs_service::create(&state, &who, body.into_inner()).await?;
     Ok(HttpResponse::Created()
         .insert_header((header::LOCATION, format!("/api/jobs/{}", created.id)))
-        .json(JobDto::new(created, lang)))
-}
-
-async fn load(state: &AppState, id: i64) -> Result<JobRecord, ApiError> {
-    state
-        .store
-        .jobs()
-        .get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(Noun::JOB, id))
+        .json(JobDto::new(created, who.lang)))
 }
 
 /// The zone a job's times are computed in: its own, else the service's
@@ -400,101 +249,8 @@ pub async fn update_job(
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let lang = who.lang;
-    let id = id.into_inner().0;
-    let body = body_object(body.into_inner())?;
-    let version = match body.get("version") {
-        Some(Value::Number(n))
-            if n.as_i64()
-                .is_some_and(|v| (1..=MAX_SAFE_INTEGER).contains(&v)) =>
-        {
-            n.as_i64().unwrap_or(0)
-        }
-        Some(_) => {
-            return Err(ApiError::field(
-                "version",
-                format!("version 应为 1–{MAX_SAFE_INTEGER} 的整数：修改前读到的版本号"),
-                format!(
-                    "version must be a whole number from 1 to {MAX_SAFE_INTEGER}: the version the edit is based on"
-                ),
-            ));
-        }
-        None => {
-            return Err(ApiError::field(
-                "version",
-                "必填：请带上修改前读到的 version",
-                "Required: send the version the edit is based on",
-            ));
-        }
-    };
-    let current = load(&state, id).await?;
-    let input = merged(&state, &current, body);
-    let checked = validate(&state, &input).await?;
-    let updated = state
-        .store
-        .jobs()
-        .update(
-            id,
-            version,
-            &to_new_job(checked, None),
-            &who.actor(),
-            Utc::now(),
-        )
-        .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
-            other => ApiError::from(other),
-        })?;
-    state.changes.job_changed(id);
-    audit::record(
-        &state,
-        &who,
-        Action::JobModify,
-        Target::Job,
-        Some(id.to_string()),
-        format!("修改任务「{}」", updated.name),
-        job_json(&current),
-        job_json(&updated),
-    )
-    .await;
-    tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
-    Ok(HttpResponse::Ok().json(JobDto::new(updated, lang)))
-}
-
-/// An update's body merged over the stored job, as a `PUT` saves it.
-fn merged(state: &AppState, current: &JobRecord, body: Map<String, Value>) -> Map<String, Value> {
-    let mut input = writable(current);
-    // An edit that sets only the compatible `allowConcurrent` means the
-    // policy it stands for, except that `false` keeps a policy that does
-    // not run fires in parallel (`queue_one`, `replace`).
-    if !body.contains_key("overlapPolicy")
-        && let Some(Value::Bool(allow)) = body.get("allowConcurrent")
-        && (*allow || current.allow_concurrent)
-    {
-        input.remove("overlapPolicy");
-    }
-    input.extend(body);
-    // The manual's rule for a new handler: params that are empty or still
-    // the old handler's defaults become the new handler's defaults.
-    if let Some(new_handler) = input.get("handler").and_then(Value::as_str)
-        && let Some(params) = job::params_for_new_handler(
-            input.get("params"),
-            &current.handler,
-            new_handler.trim(),
-            &state.catalog,
-        )
-    {
-        input.insert("params".into(), params);
-    }
-    // A built-in job echoed back under its translated name keeps its
-    // original name, so that it keeps following the reader's language.
-    if let Some(b) = current.builtin_key.as_deref().and_then(builtin::by_key)
-        && current.name == b.name_zh
-        && input.get("name").and_then(Value::as_str) == Some(b.name_en)
-    {
-        input.insert("name".into(), json!(b.name_zh));
-    }
-    input
+    let updated = jobs_service::update(&state, &who, id.into_inner().0, body.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(JobDto::new(updated, who.lang)))
 }
 
 /// What saving an edit would do, with nothing saved: the next fire times
@@ -676,25 +432,9 @@ pub async fn set_enabled(
     id: web::Path<Id>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let lang = who.lang;
-    let id = id.into_inner().0;
-    let body = EnabledWrite::read(body.into_inner(), Utc::now())?;
-    let outcome = state
-        .store
-        .jobs()
-        .pause(id, &body.request, body.version, &who.actor(), Utc::now())
-        .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
-            other => ApiError::from(other),
-        })?;
-    state.changes.job_changed(id);
-    // Setting the state it already had changes nothing (same version).
-    if outcome.changed() {
-        audit::record_all(&state, &who, vec![enabled_entry(&outcome)]).await;
-    }
-    tracing::info!(job = id, enabled = body.request.enabled, until = ?body.request.until, actor = %who.sub, "job enabled state set");
-    Ok(HttpResponse::Ok().json(JobDto::new(outcome.after, lang)))
+    let outcome =
+        jobs_service::set_enabled(&state, &who, id.into_inner().0, body.into_inner()).await?;
+    Ok(HttpResponse::Ok().json(JobDto::new(outcome.after, who.lang)))
 }
 
 /// Enables, disables or pauses several jobs at once: by ids, or every job
@@ -717,66 +457,12 @@ pub async fn batch_enabled(
     who: Need<perm::TaskModify>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let (target, request) = BatchEnabledWrite::read(body.into_inner(), Utc::now())?;
-    let selection = match &target {
-        BatchTarget::Ids(ids) => JobSelection::Ids(ids),
-        BatchTarget::Group(code) => {
-            let known = state.store.groups().get(code).await?;
-            if known.is_none() {
-                let problem = job::FieldError {
-                    field: "group".into(),
-                    problem: job::JobProblem::UnknownGroup(code.clone()),
-                };
-                return Err(ApiError::validation(field_errors([&problem])));
-            }
-            JobSelection::Group(code)
-        }
-    };
-    let batch = state
-        .store
-        .jobs()
-        .pause_many(selection, &request, &who.actor(), Utc::now())
-        .await?;
-    for outcome in &batch.changed {
-        state.changes.job_changed(outcome.after.id);
-    }
-    audit::record_all(
-        &state,
-        &who,
-        batch.changed.iter().map(enabled_entry).collect(),
-    )
-    .await;
-    tracing::info!(updated = batch.changed.len(), enabled = request.enabled, actor = %who.sub, "jobs enabled state set");
+    let batch = jobs_service::batch_enabled(&state, &who, body.into_inner()).await?;
     Ok(HttpResponse::Ok().json(BatchEnabledResult {
         updated: batch.changed.iter().map(|o| o.after.id).collect(),
         unchanged: batch.unchanged,
         not_found: batch.not_found,
     }))
-}
-
-/// The audit entry of one job enabled, disabled or paused.
-fn enabled_entry(outcome: &EnabledOutcome) -> audit::Entry {
-    let job = &outcome.after;
-    let (action, summary) = if job.enabled {
-        (Action::JobEnable, format!("启用任务「{}」", job.name))
-    } else {
-        let mut summary = format!("停用任务「{}」", job.name);
-        if let Some(until) = job.pause.until {
-            summary.push_str(&format!("，至 {}", until.to_rfc3339()));
-        }
-        if let Some(reason) = &job.pause.reason {
-            summary.push_str(&format!("，原因：{reason}"));
-        }
-        (Action::JobDisable, summary)
-    };
-    audit::Entry {
-        action,
-        target_type: Target::Job,
-        target_id: Some(job.id.to_string()),
-        summary,
-        before: job_json(&outcome.before),
-        after: job_json(job),
-    }
 }
 
 /// Deletes a job; its runs stay in the run log.
@@ -798,14 +484,7 @@ pub async fn delete_job(
     who: Need<perm::TaskRemove>,
     id: web::Path<Id>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id.into_inner().0;
-    let deleted = state.store.jobs().delete(id).await?;
-    let Some(deleted) = deleted else {
-        return Err(ApiError::missing(Noun::JOB, id));
-    };
-    state.changes.job_changed(id);
-    audit::record_all(&state, &who, vec![delete_entry(&deleted)]).await;
-    tracing::info!(job = id, actor = %who.sub, "job deleted");
+    jobs_service::delete(&state, &who, id.into_inner().0).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -828,24 +507,6 @@ pub async fn batch_delete(
     who: Need<perm::TaskRemove>,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
-    let ids = IdList::read(body.into_inner())?;
-    let deleted = state.store.jobs().delete_many(&ids).await?;
-    for job in &deleted {
-        state.changes.job_changed(job.id);
-    }
-    audit::record_all(&state, &who, deleted.iter().map(delete_entry).collect()).await;
-    tracing::info!(count = deleted.len(), actor = %who.sub, "jobs deleted");
+    jobs_service::batch_delete(&state, &who, body.into_inner()).await?;
     Ok(HttpResponse::NoContent().finish())
-}
-
-/// The audit entry of one deleted job; a batch delete writes one per job.
-fn delete_entry(job: &JobRecord) -> audit::Entry {
-    audit::Entry {
-        action: Action::JobDelete,
-        target_type: Target::Job,
-        target_id: Some(job.id.to_string()),
-        summary: format!("删除任务「{}」", job.name),
-        before: job_json(job),
-        after: None,
-    }
 }

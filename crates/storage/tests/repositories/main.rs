@@ -218,6 +218,8 @@ mod backfills;
 mod calendars;
 /// Freeze windows.
 mod freezes;
+/// A job write and its audit entries commit together.
+mod job_audit;
 /// The job and group repositories.
 mod jobs;
 /// The fire ledger's scenarios.
