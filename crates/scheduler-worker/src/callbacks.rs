@@ -28,7 +28,7 @@ pub const CALLBACK_CODE: &str = "scheduler.run_callback";
 /// Queues the callback of a fire that has ended, if its request named one.
 /// `None` when it has none, or its last run is not written as ended (the
 /// process stops before the write: the sweep that closes the run reports
-/// it, see [`closed_by_sweep`]).
+/// it, see [`swept`]).
 pub async fn fire_ended(
     store: &Store,
     fire_id: i64,
@@ -93,34 +93,30 @@ pub(crate) fn report(shared: &Arc<Shared>, fire_id: i64) {
 
 /// Queues the callbacks of run-once fires whose runs a sweep (a lost
 /// instance, an orphan, a restart, a shutdown past its grace) has just
-/// closed. Failures are logged: the run log keeps the outcome. Should the
-/// process thought gone still write a real end, its own report follows,
-/// so a callback can come twice, the later one with the real end.
-pub(crate) async fn closed_by_sweep(store: &Store, fire_ids: &[i64], now: DateTime<Utc>) {
-    for &fire_id in fire_ids {
-        if let Err(e) = fire_ended(store, fire_id, now).await {
-            tracing::error!(fire = fire_id, error = ?e, "cannot queue the callback of a swept fire");
-        }
-    }
-}
-
-/// The run-once fires with a callback among the runs a sweep is about to
-/// close (see [`qiwu_storage::FireRepo::callbacks_of_running`]); empty when
-/// they cannot be read, which is logged.
-pub(crate) async fn before_sweep(
+/// closed with `reason` at `closed_at`; called only when it closed some.
+/// Failures are logged: the run log keeps the outcome. Should the process
+/// thought gone still write a real end, its own report follows, so a
+/// callback can come twice, the later one with the real end.
+pub(crate) async fn swept(
     store: &Store,
     instances: Option<&[String]>,
-    orphans_of: Option<(&[String], DateTime<Utc>)>,
-) -> Vec<i64> {
-    match store
+    reason: &str,
+    closed_at: DateTime<Utc>,
+) {
+    let fires = match store
         .fires()
-        .callbacks_of_running(instances, orphans_of)
+        .callbacks_of_swept(instances, reason, closed_at)
         .await
     {
-        Ok(ids) => ids,
+        Ok(fires) => fires,
         Err(e) => {
-            tracing::error!(error = ?e, "cannot read the callbacks of the runs being closed; they are not reported");
-            Vec::new()
+            tracing::error!(error = ?e, "cannot read the callbacks of the runs a sweep closed; they are not reported");
+            return;
+        }
+    };
+    for fire_id in fires {
+        if let Err(e) = fire_ended(store, fire_id, closed_at).await {
+            tracing::error!(fire = fire_id, error = ?e, "cannot queue the callback of a swept fire");
         }
     }
 }

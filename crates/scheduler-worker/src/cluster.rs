@@ -259,12 +259,13 @@ async fn close_lost(
     let dead = cluster.dead(since).await?;
     if !dead.is_empty() {
         let ids: Vec<String> = dead.iter().map(|d| d.id.clone()).collect();
-        let callbacks = crate::callbacks::before_sweep(store, Some(&ids), None).await;
         let closed = store
             .fires()
             .close_running(Some(&ids), texts::REASON_LOST, now, true)
             .await?;
-        crate::callbacks::closed_by_sweep(store, &callbacks, now).await;
+        if closed > 0 {
+            crate::callbacks::swept(store, Some(&ids), texts::REASON_LOST, now).await;
+        }
         for id in &ids {
             cluster.remove(id).await?;
         }
@@ -276,13 +277,12 @@ async fn close_lost(
         .into_iter()
         .map(|i| i.id)
         .collect();
-    let callbacks = crate::callbacks::before_sweep(store, None, Some((&live_ids, since))).await;
     let orphans = store
         .fires()
         .close_orphans(&live_ids, since, texts::REASON_ORPHAN, now)
         .await?;
-    crate::callbacks::closed_by_sweep(store, &callbacks, now).await;
     if orphans > 0 {
+        crate::callbacks::swept(store, None, texts::REASON_ORPHAN, now).await;
         tracing::warn!(
             closed = orphans,
             "closed runs of instances without a heart-beat"

@@ -399,7 +399,6 @@ async fn try_start(
     // `serve` every such run, in a cluster those of this instance id.
     let own = [shared.config.instance.clone()];
     let scope = (!shared.config.close_all_running_at_start).then_some(&own[..]);
-    let callbacks = crate::callbacks::before_sweep(&shared.store, scope, None).await;
     let now = shared.clock.now();
     let closed = shared
         .store
@@ -407,8 +406,8 @@ async fn try_start(
         .close_running(scope, texts::REASON_RESTART, now, false)
         .await
         .map_err(not_yet)?;
-    crate::callbacks::closed_by_sweep(&shared.store, &callbacks, now).await;
     if closed > 0 {
+        crate::callbacks::swept(&shared.store, scope, texts::REASON_RESTART, now).await;
         tracing::warn!(closed, "closed runs left running by a previous process");
     }
     crate::freezes::reload(shared).await.map_err(not_yet)?;
@@ -510,14 +509,15 @@ async fn stop(
         );
     }
     let instance = [shared.config.instance.clone()];
-    let callbacks = crate::callbacks::before_sweep(&shared.store, Some(&instance), None).await;
     let now = shared.clock.now();
-    shared
+    let closed = shared
         .store
         .fires()
         .close_running(Some(&instance), texts::REASON_SHUTDOWN, now, false)
         .await?;
-    crate::callbacks::closed_by_sweep(&shared.store, &callbacks, now).await;
+    if closed > 0 {
+        crate::callbacks::swept(&shared.store, Some(&instance), texts::REASON_SHUTDOWN, now).await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while helpers.join_next().await.is_some() {}
     })

@@ -175,30 +175,27 @@ impl FireRepo<'_> {
         Ok(found.flatten())
     }
 
-    /// The run-once fires with a callback among the `running` runs a sweep
-    /// is about to close: of the given instances (every instance when
-    /// `None`), or, with `orphans_of`, of instances not among the live ones
-    /// that started before the time. Their callbacks are queued once the
-    /// sweep closed them, since no process of theirs will.
-    pub async fn callbacks_of_running(
+    /// The run-once fires with a callback among the runs a sweep has just
+    /// closed: ended `failed` at `closed_at` with the sweep's `reason`, by
+    /// the given instances (any when `None`). No process of theirs will
+    /// report them, so the sweep does; one that closed nothing need not ask.
+    pub async fn callbacks_of_swept(
         &self,
         instances: Option<&[String]>,
-        orphans_of: Option<(&[String], DateTime<Utc>)>,
+        reason: &str,
+        closed_at: DateTime<Utc>,
     ) -> Result<Vec<i64>, StorageError> {
         let db = self.store.connection();
         let mut query = run::Entity::find()
             .select_only()
             .column(run::Column::FireId)
             .distinct()
-            .filter(run::Column::Status.eq(super::RunStatus::Running.as_str()))
+            .filter(run::Column::Status.eq(super::RunStatus::Failed.as_str()))
+            .filter(run::Column::FinishedAt.eq(to_millis(closed_at)))
+            .filter(run::Column::Error.eq(reason))
             .filter(run::Column::Trigger.eq(Trigger::Manual.as_str()));
         if let Some(instances) = instances {
             query = query.filter(run::Column::Instance.is_in(instances.iter().cloned()));
-        }
-        if let Some((live, started_before)) = orphans_of {
-            query = query
-                .filter(run::Column::Instance.is_not_in(live.iter().cloned()))
-                .filter(run::Column::StartedAt.lt(to_millis(started_before)));
         }
         let fires: Vec<i64> = query.into_tuple().all(db).await?;
         let mut out = Vec::new();

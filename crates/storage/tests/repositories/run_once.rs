@@ -14,6 +14,7 @@ use qiwu_storage::{
 scenarios!(
     run_once_keys_start_one_fire_per_caller_under_a_race,
     run_once_callbacks_read_the_last_attempt_and_wait_for_a_secret,
+    a_sweep_finds_the_callbacks_of_the_runs_it_closed,
 );
 
 fn request(job_id: i64, at: DateTime<Utc>) -> ManualRequest<'static> {
@@ -246,48 +247,6 @@ async fn run_once_callbacks_read_the_last_attempt_and_wait_for_a_secret(store: S
         )
         .await
         .unwrap();
-    // A sweep about to close the running retry finds its callback: by its
-    // instance, or as an orphan of an instance no longer live.
-    let w1 = ["w1".to_string()];
-    let w2 = ["w2".to_string()];
-    let fires = store.fires();
-    let later = now() + Duration::seconds(10);
-    assert_eq!(
-        fires.callbacks_of_running(Some(&w1), None).await.unwrap(),
-        vec![fire]
-    );
-    assert_eq!(
-        fires.callbacks_of_running(None, None).await.unwrap(),
-        vec![fire]
-    );
-    assert!(
-        fires
-            .callbacks_of_running(Some(&w2), None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert!(
-        fires
-            .callbacks_of_running(None, Some((&w1, later)))
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    assert_eq!(
-        fires
-            .callbacks_of_running(None, Some((&w2, later)))
-            .await
-            .unwrap(),
-        vec![fire]
-    );
-    assert!(
-        fires
-            .callbacks_of_running(None, Some((&w2, now())))
-            .await
-            .unwrap()
-            .is_empty()
-    );
     // The retry still runs: no end to report yet.
     let cb = store
         .fires()
@@ -359,4 +318,88 @@ async fn run_once_callbacks_read_the_last_attempt_and_wait_for_a_secret(store: S
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, row.id);
     assert_eq!(claimed[0].status, OutboxStatus::Sending);
+}
+
+/// A sweep that closed runs finds the run-once fires among them that named
+/// a callback (no process of theirs will report them): by the sweep's
+/// instances, reason and time, never a fire without a callback.
+async fn a_sweep_finds_the_callbacks_of_the_runs_it_closed(store: Store) {
+    let job = store
+        .jobs()
+        .create(&new_job("swept"), "t", now())
+        .await
+        .unwrap();
+    let called = store
+        .fires()
+        .create_manual_request(&request(job.id, now()))
+        .await
+        .unwrap();
+    let plain = store.fires().create_manual(job.id, now()).await.unwrap();
+    let ctx = ClaimContext {
+        instance: "w1",
+        now: now(),
+        running_elsewhere: None,
+        job_deleted: "deleted",
+    };
+    let claims: Vec<ManualClaim> = [called, plain]
+        .into_iter()
+        .map(|fire_id| ManualClaim {
+            fire_id,
+            first: FirstRun::running(),
+        })
+        .collect();
+    let outcomes = store.fires().claim_manual(&claims, &ctx).await.unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, ClaimOutcome::Claimed(_))),
+        "{outcomes:?}"
+    );
+    let fires = store.fires();
+    let w1 = ["w1".to_string()];
+    let w2 = ["w2".to_string()];
+    let swept_at = now() + Duration::seconds(30);
+    // Nothing closed yet: nothing to report.
+    assert!(
+        fires
+            .callbacks_of_swept(Some(&w1), "lost", swept_at)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        fires
+            .close_running(Some(&w1), "lost", swept_at, true)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        fires
+            .callbacks_of_swept(Some(&w1), "lost", swept_at)
+            .await
+            .unwrap(),
+        vec![called]
+    );
+    assert_eq!(
+        fires
+            .callbacks_of_swept(None, "lost", swept_at)
+            .await
+            .unwrap(),
+        vec![called]
+    );
+    // Another instance's, another reason's or another time's sweep.
+    for (instances, reason, at) in [
+        (Some(&w2[..]), "lost", swept_at),
+        (Some(&w1[..]), "orphan", swept_at),
+        (Some(&w1[..]), "lost", swept_at + Duration::seconds(1)),
+    ] {
+        assert!(
+            fires
+                .callbacks_of_swept(instances, reason, at)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
 }
