@@ -315,6 +315,15 @@ impl ApiError {
         ApiError::new(ErrorKind::NotFound(noun.missing(key)))
     }
 
+    /// Maps a storage error about one resource: its `NotFound` is a 404
+    /// naming the resource, anything else as [`From<StorageError>`].
+    pub fn about(noun: Noun, key: impl fmt::Display) -> impl FnOnce(StorageError) -> ApiError {
+        move |e| match e {
+            StorageError::NotFound => ApiError::missing(noun, key),
+            other => ApiError::from(other),
+        }
+    }
+
     /// A 409 naming the resource: "Calendar cn-ops already exists".
     pub fn exists(noun: Noun, key: impl fmt::Display) -> ApiError {
         ApiError::new(ErrorKind::Conflict(noun.exists(key)))

@@ -8,7 +8,7 @@ use chrono::Utc;
 use qiwu_domain::alert::{self, AlertPolicy};
 use qiwu_domain::job::{self, JobSpec};
 use qiwu_domain::{TimeRules, builtin};
-use qiwu_storage::{BatchEnabled, EnabledOutcome, JobRecord, JobSelection, NewJob, StorageError};
+use qiwu_storage::{BatchEnabled, EnabledOutcome, JobRecord, JobSelection, NewJob};
 use serde_json::{Map, Value, json};
 
 use crate::audit::{Action, Entry, Target};
@@ -87,10 +87,7 @@ pub async fn update(
             },
         )
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
-            other => ApiError::from(other),
-        })?;
+        .map_err(ApiError::about(Noun::JOB, id))?;
     state.changes.job_changed(id);
     tracing::info!(job = id, version = updated.version, actor = %who.sub, "job updated");
     Ok(updated)
@@ -141,10 +138,7 @@ pub async fn set_enabled(
             |outcome| vec![enabled_entry(outcome).by(who)],
         )
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::JOB, id),
-            other => ApiError::from(other),
-        })?;
+        .map_err(ApiError::about(Noun::JOB, id))?;
     state.changes.job_changed(id);
     tracing::info!(job = id, enabled = body.request.enabled, until = ?body.request.until, actor = %who.sub, "job enabled state set");
     Ok(outcome)

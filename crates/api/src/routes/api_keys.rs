@@ -4,7 +4,7 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
-use qiwu_storage::{ApiKeyRecord, StorageError};
+use qiwu_storage::ApiKeyRecord;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -293,10 +293,7 @@ pub async fn revoke_api_key(
         .api_keys()
         .revoke(id, Utc::now())
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::API_KEY, id),
-            other => ApiError::from(other),
-        })?;
+        .map_err(ApiError::about(Noun::API_KEY, id))?;
     // A second revoke changes nothing, so it writes no audit entry.
     if newly {
         let before = ApiKeyRecord {

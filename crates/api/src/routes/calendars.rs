@@ -296,10 +296,7 @@ pub async fn update_calendar(
         .calendars()
         .update(version, &spec, &who.actor(), Utc::now())
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::CALENDAR, &code),
-            other => ApiError::from(other),
-        })?;
+        .map_err(ApiError::about(Noun::CALENDAR, &code))?;
     // The jobs naming it start a new schedule with the new dates.
     for id in jobs {
         state.changes.job_changed(id);

@@ -5,7 +5,7 @@
 use actix_web::{HttpResponse, get, put, web};
 use chrono::Utc;
 use qiwu_domain::notify::{self, TemplateTexts as DomainTexts};
-use qiwu_storage::{StorageError, TemplateTexts};
+use qiwu_storage::TemplateTexts;
 
 use crate::auth::{Need, perm};
 use crate::error::{ApiError, Noun, Problem, field_errors};
@@ -122,10 +122,7 @@ pub async fn update_template(
             Utc::now(),
         )
         .await
-        .map_err(|e| match e {
-            StorageError::NotFound => ApiError::missing(Noun::TEMPLATE, &code),
-            other => ApiError::from(other),
-        })?;
+        .map_err(ApiError::about(Noun::TEMPLATE, &code))?;
     tracing::info!(template = %code, actor = %who.sub, "notification template changed");
     Ok(HttpResponse::Ok().json(TemplateDto::new(updated, lang)))
 }
