@@ -20,9 +20,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use qiwu_storage::{Backend, Store};
-use sea_orm::ConnectionTrait;
 use serde_json::Value;
-use support::{Database, Process, env_or, percentile, wait_ready};
+use support::{Database, Process, env_or, exec, percentile, wait_ready};
 
 /// The runs span the last 30 days.
 const SPAN_MS: i64 = 30 * 86_400_000;
@@ -39,14 +38,6 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n.max(1)
     }
-}
-
-async fn exec(store: &Store, sql: &str) {
-    store
-        .connection()
-        .execute_unprepared(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {sql}"));
 }
 
 /// Writes `jobs` jobs and `runs` runs with SQL (no client round trip per

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use qiwu_storage::Store;
-use sea_orm::{ConnectionTrait, FromQueryResult, JsonValue, Statement};
-use support::{Database, Process, env_or, percentile};
+use sea_orm::JsonValue;
+use support::{Database, Process, env_or, exec, percentile, rows};
 
 struct Setup {
     database: String,
@@ -45,25 +45,6 @@ fn setups() -> Vec<Setup> {
             })
         })
         .collect()
-}
-
-async fn exec(store: &Store, sql: &str) {
-    store
-        .connection()
-        .execute_unprepared(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {sql}"));
-}
-
-async fn rows(store: &Store, sql: &str) -> Vec<JsonValue> {
-    let db = store.connection();
-    JsonValue::find_by_statement(Statement::from_string(
-        db.get_database_backend(),
-        sql.to_owned(),
-    ))
-    .all(db)
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {sql}"))
 }
 
 fn int(row: &JsonValue, key: &str) -> i64 {

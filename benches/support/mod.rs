@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use qiwu_storage::Store;
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, FromQueryResult, JsonValue, Statement};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_qiwu-scheduler");
 pub const SECRET: &str = "bench-secret-0123456789abcdef";
@@ -119,6 +119,27 @@ impl Database {
             }
         }
     }
+}
+
+/// Runs a statement, panicking with it when it fails.
+pub async fn exec(store: &Store, sql: &str) {
+    store
+        .connection()
+        .execute_unprepared(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {sql}"));
+}
+
+/// The rows a query returns, as JSON objects.
+pub async fn rows(store: &Store, sql: &str) -> Vec<JsonValue> {
+    let db = store.connection();
+    JsonValue::find_by_statement(Statement::from_string(
+        db.get_database_backend(),
+        sql.to_owned(),
+    ))
+    .all(db)
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {sql}"))
 }
 
 /// A process of the real binary; killed when dropped.
