@@ -580,8 +580,7 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
     ) -> Result<JobRecord, StorageError> {
-        type NoAudit = fn(&JobRecord, &JobRecord) -> Vec<NewAudit>;
-        self.update_with(id, expected_version, job, actor, now, None::<NoAudit>)
+        self.update_audited(id, expected_version, job, actor, now, |_, _| Vec::new())
             .await
     }
 
@@ -596,21 +595,6 @@ impl JobRepo<'_> {
         actor: &str,
         now: DateTime<Utc>,
         audit: impl FnOnce(&JobRecord, &JobRecord) -> Vec<NewAudit>,
-    ) -> Result<JobRecord, StorageError> {
-        self.update_with(id, expected_version, job, actor, now, Some(audit))
-            .await
-    }
-
-    /// The update; with `audit`, the stored row must also read as a record
-    /// (the entry's before), which a plain update does not need.
-    async fn update_with(
-        &self,
-        id: i64,
-        expected_version: i64,
-        job: &NewJob,
-        actor: &str,
-        now: DateTime<Utc>,
-        audit: Option<impl FnOnce(&JobRecord, &JobRecord) -> Vec<NewAudit>>,
     ) -> Result<JobRecord, StorageError> {
         let at = now;
         let txn = self.store.begin_write().await?;
@@ -630,10 +614,7 @@ impl JobRepo<'_> {
                 current: current.version,
             });
         }
-        let audit = match audit {
-            Some(audit) => Some((audit, JobRecord::try_from(current.clone())?)),
-            None => None,
-        };
+        let before = JobRecord::try_from(current.clone())?;
         let rules = &job.time_rules;
         let schedule_from = if current.cron != job.cron
             || current.timezone != job.timezone
@@ -685,9 +666,7 @@ impl JobRepo<'_> {
             });
         }
         let updated = find(&txn, id).await?.ok_or(StorageError::NotFound)?;
-        if let Some((audit, before)) = audit {
-            crate::audit::insert_many(&txn, &audit(&before, &updated), at).await?;
-        }
+        crate::audit::insert_many(&txn, &audit(&before, &updated), at).await?;
         txn.commit().await?;
         Ok(updated)
     }
