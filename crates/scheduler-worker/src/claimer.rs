@@ -10,6 +10,12 @@
 //! earlier times of its job unrecorded (a [`ClaimOutcome::Gap`]) catches
 //! them up first. So every fire time ends with exactly one record, and
 //! memory stays bounded by the number of jobs.
+//!
+//! Timer fires are claimed in several rounds at once (on PostgreSQL and
+//! MySQL): the fires of one instant go out as a few smaller batches in
+//! parallel, so the last of them waits about one round trip instead of
+//! every batch before it. A job is in at most one round at a time, so its
+//! fire times are still claimed in order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -19,11 +25,13 @@ use chrono::{DateTime, Utc};
 use qiwu_domain::freeze::{Freeze, first_span, frozen_text};
 use qiwu_domain::misfire::{missed_text, past_grace_text, within_grace};
 use qiwu_domain::{MisfirePolicy, MissReason, Schedule};
+use qiwu_storage::Backend;
 use qiwu_storage::{
     ClaimContext, ClaimOutcome, Claimed, FirstRun, JobRecord, ManualClaim, RunStatus, StorageError,
     TimeClaim, Trigger,
 };
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::context::shutting_down;
@@ -36,6 +44,12 @@ use crate::timer::Armed;
 
 /// Claims per batch at most.
 const BATCH: usize = 200;
+/// Rounds of timer claims in flight at most (PostgreSQL, MySQL). SQLite
+/// takes one writer at a time: one round there.
+const ROUNDS: usize = 4;
+/// The smallest batch of timer claims worth a round of its own while
+/// other rounds are free (a round costs a transaction).
+const MIN_BATCH: usize = 25;
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -113,6 +127,25 @@ pub(crate) struct Claimer {
     backoff: Duration,
     /// The last batch could not reach the database.
     unreachable: bool,
+    /// Timer claim rounds in flight.
+    rounds: JoinSet<TimeRound>,
+    /// The jobs of each round in flight, by task (to release them even
+    /// when a round's task failed).
+    round_jobs: HashMap<tokio::task::Id, Vec<i64>>,
+    /// Jobs with a fire time in a round in flight: nothing else of theirs
+    /// is claimed until it is back.
+    busy: HashSet<i64>,
+    /// Places promised to the fires of the rounds in flight.
+    reserved: usize,
+    max_rounds: usize,
+}
+
+/// A round of timer claims, back from the database.
+struct TimeRound {
+    batch: Vec<(Armed, DateTime<Utc>)>,
+    slots: Vec<Option<Slot>>,
+    claims: Vec<TimeClaim>,
+    result: Result<Vec<ClaimOutcome>, StorageError>,
 }
 
 impl Claimer {
@@ -123,6 +156,10 @@ impl Claimer {
         stop: watch::Receiver<bool>,
     ) -> Claimer {
         Claimer {
+            max_rounds: match shared.store.backend() {
+                Backend::Sqlite => 1,
+                Backend::Postgres | Backend::MySql => ROUNDS,
+            },
             shared,
             requests,
             feedback,
@@ -135,6 +172,10 @@ impl Claimer {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             unreachable: false,
+            rounds: JoinSet::new(),
+            round_jobs: HashMap::new(),
+            busy: HashSet::new(),
+            reserved: 0,
         }
     }
 
@@ -144,36 +185,59 @@ impl Claimer {
         loop {
             let now = tokio::time::Instant::now();
             let waiting = self.retry_at.is_some_and(|t| t > now);
-            if !waiting && self.has_work() && self.shared.permits.available_permits() > 0 {
+            if !waiting && self.ready() && self.room() > 0 && self.rounds.len() < self.max_rounds {
                 self.round().await;
                 self.take_queued();
                 continue;
             }
             let retry_at = self.retry_at.unwrap_or(now);
             let permits = Arc::clone(&self.shared.permits);
+            // With rounds in flight, their return is what frees places to
+            // look at again.
+            let watch_permits = !waiting && self.rounds.is_empty() && self.ready();
             tokio::select! {
                 biased;
-                () = shutting_down(&mut stop) => return,
+                () = shutting_down(&mut stop) => {
+                    // Rounds already sent are seen through, as a round
+                    // awaited in place would be (the engine's stop bounds
+                    // this wait).
+                    while let Some(done) = self.rounds.join_next_with_id().await {
+                        self.finish(done);
+                    }
+                    return;
+                }
+                Some(done) = self.rounds.join_next_with_id(), if !self.rounds.is_empty() => self.finish(done),
                 request = self.requests.recv() => match request {
                     Some(request) => self.add(request),
                     None => return,
                 },
                 () = tokio::time::sleep_until(retry_at), if waiting => self.retry_at = None,
                 // A fire ended and freed a place: claim what waits.
-                permit = permits.acquire_owned(), if !waiting && self.has_work() => drop(permit),
+                permit = permits.acquire_owned(), if watch_permits => drop(permit),
             }
             self.take_queued();
         }
+    }
+
+    /// Free places for fires, less those promised to rounds in flight.
+    fn room(&self) -> usize {
+        self.shared
+            .permits
+            .available_permits()
+            .saturating_sub(self.reserved)
+    }
+
+    /// There is queued work that no round in flight holds.
+    fn ready(&self) -> bool {
+        !self.manual.is_empty()
+            || !self.freeze_ends.is_empty()
+            || self.order.iter().any(|id| !self.busy.contains(id))
     }
 
     fn take_queued(&mut self) {
         while let Ok(request) = self.requests.try_recv() {
             self.add(request);
         }
-    }
-
-    fn has_work(&self) -> bool {
-        !self.order.is_empty() || !self.manual.is_empty() || !self.freeze_ends.is_empty()
     }
 
     /// Queues a request.
@@ -231,10 +295,18 @@ impl Claimer {
             batch if !batch.is_empty() => self.catch_up(batch).await,
             _ if !self.freeze_ends.is_empty() => self.claim_freeze_ends().await,
             _ => match self.take_times() {
-                batch if !batch.is_empty() => self.claim_times(batch).await,
+                batch if !batch.is_empty() => {
+                    self.send_times(batch);
+                    return;
+                }
                 _ => self.claim_manual().await,
             },
         };
+        self.settle(result);
+    }
+
+    /// Notes how a round went: a failure holds claiming back a while.
+    fn settle(&mut self, result: Result<(), StorageError>) {
         crate::observe::claim_queue(self.order.len() + self.manual.len());
         match result {
             Ok(()) => {
@@ -290,6 +362,9 @@ impl Claimer {
             if batch.len() == BATCH {
                 break;
             }
+            if self.busy.contains(&job_id) {
+                continue;
+            }
             if let Some(work) = self.jobs.get_mut(&job_id)
                 && let Some((through, reason)) = work.catch_up.take()
             {
@@ -300,12 +375,33 @@ impl Claimer {
         batch
     }
 
+    /// The next batch of timer fires: each job's earliest time, for jobs
+    /// in no round and with no catch-up before it. While rounds are free,
+    /// what is ready is split between them.
     fn take_times(&mut self) -> Vec<(Armed, DateTime<Utc>)> {
+        let free_rounds = self.max_rounds.saturating_sub(self.rounds.len()).max(1);
+        let ready = self
+            .order
+            .iter()
+            .filter(|id| !self.busy.contains(id))
+            .filter(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|w| w.catch_up.is_none() && !w.times.is_empty())
+            })
+            .count();
+        let size = ready
+            .div_ceil(free_rounds)
+            .max(MIN_BATCH)
+            .min(self.room())
+            .min(BATCH);
         let mut batch = Vec::new();
-        let room = self.shared.permits.available_permits().min(BATCH);
         for &job_id in &self.order {
-            if batch.len() >= room {
+            if batch.len() >= size {
                 break;
+            }
+            if self.busy.contains(&job_id) {
+                continue;
             }
             if let Some(work) = self.jobs.get_mut(&job_id)
                 && work.catch_up.is_none()
@@ -330,32 +426,68 @@ impl Claimer {
     }
 
     fn context(&self) -> ClaimContext<'_> {
-        ClaimContext {
-            instance: &self.shared.config.instance,
-            now: self.shared.clock.now(),
-            running_elsewhere: self
-                .shared
-                .config
-                .cluster
-                .as_ref()
-                .map(|_| texts::SKIP_ELSEWHERE),
-            job_deleted: texts::JOB_DELETED,
-        }
+        context(&self.shared)
     }
 
-    /// Claims timer fires. On an error every one of them is queued again.
-    async fn claim_times(
-        &mut self,
-        batch: Vec<(Armed, DateTime<Utc>)>,
-    ) -> Result<(), StorageError> {
+    /// Sends a batch of timer fires to the database as a round of its own;
+    /// [`Claimer::finish`] takes the outcomes when it is back.
+    fn send_times(&mut self, batch: Vec<(Armed, DateTime<Utc>)>) {
         let (claims, slots) = self.timer_claims(&batch);
-        let outcomes = match self
-            .shared
-            .store
-            .fires()
-            .claim_times(&claims, &self.context())
-            .await
-        {
+        let jobs: Vec<i64> = batch.iter().map(|(armed, _)| armed.job_id).collect();
+        self.busy.extend(jobs.iter().copied());
+        self.reserved += batch.len();
+        let shared = Arc::clone(&self.shared);
+        let handle = self.rounds.spawn(async move {
+            let result = shared
+                .store
+                .fires()
+                .claim_times(&claims, &context(&shared))
+                .await;
+            TimeRound {
+                batch,
+                slots,
+                claims,
+                result,
+            }
+        });
+        self.round_jobs.insert(handle.id(), jobs);
+        crate::observe::claim_queue(self.order.len() + self.manual.len());
+    }
+
+    /// Takes a round back: its jobs are free again and its outcomes are
+    /// acted on. On an error every one of its fires is queued again.
+    fn finish(&mut self, done: Result<(tokio::task::Id, TimeRound), tokio::task::JoinError>) {
+        let id = match &done {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let jobs = self.round_jobs.remove(&id).unwrap_or_default();
+        self.reserved = self.reserved.saturating_sub(jobs.len());
+        for job_id in jobs {
+            self.busy.remove(&job_id);
+        }
+        let round = match done {
+            Ok((_, round)) => round,
+            Err(e) => {
+                // Its fires have no record here; the next claim of each job
+                // finds the hole and catches it up.
+                tracing::error!(error = %e, "a claim round did not finish");
+                return;
+            }
+        };
+        let result = self.claimed_times(round);
+        self.settle(result);
+    }
+
+    /// Acts on the outcomes of a round of timer claims.
+    fn claimed_times(&mut self, round: TimeRound) -> Result<(), StorageError> {
+        let TimeRound {
+            batch,
+            slots,
+            claims,
+            result,
+        } = round;
+        let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(e) => {
                 // Each was its job's earliest queued time: back to the front.
@@ -631,7 +763,7 @@ impl Claimer {
 
     /// Takes queued run-once requests while places are free.
     async fn claim_manual(&mut self) -> Result<(), StorageError> {
-        let room = self.shared.permits.available_permits().min(BATCH);
+        let room = self.room().min(BATCH);
         let take = room.min(self.manual.len());
         if take == 0 {
             return Ok(());
@@ -745,6 +877,20 @@ impl Claimer {
                 crate::backfill::fire_ended(&shared, &feedback, fire_id);
             }
         });
+    }
+}
+
+/// What a claim says about this instance and its texts.
+fn context(shared: &Shared) -> ClaimContext<'_> {
+    ClaimContext {
+        instance: &shared.config.instance,
+        now: shared.clock.now(),
+        running_elsewhere: shared
+            .config
+            .cluster
+            .as_ref()
+            .map(|_| texts::SKIP_ELSEWHERE),
+        job_deleted: texts::JOB_DELETED,
     }
 }
 
