@@ -265,7 +265,7 @@ impl TimeRules {
     /// calendar that is missing although the job names one.
     pub fn schedule(
         &self,
-        cron: CronExpr,
+        cron: impl Into<Arc<CronExpr>>,
         tz: Tz,
         calendar: Option<Arc<Calendar>>,
     ) -> Result<Schedule, ScheduleError> {

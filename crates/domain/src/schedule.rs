@@ -57,7 +57,10 @@ struct CalendarPart {
 /// When a job fires: cron, zone, calendar and rule, active window, jitter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
-    cron: CronExpr,
+    /// Shared: a parsed cron is several kilobytes (croner keeps a byte per
+    /// possible year), and a worker holds a schedule per armed job, most
+    /// of them with one of a few expressions.
+    cron: Arc<CronExpr>,
     tz: Tz,
     calendar: Option<CalendarPart>,
     active_from: Option<DateTime<Utc>>,
@@ -126,9 +129,9 @@ pub struct CalendarEffect {
 
 impl Schedule {
     /// The cron alone, in zone `tz`.
-    pub fn new(cron: CronExpr, tz: Tz) -> Schedule {
+    pub fn new(cron: impl Into<Arc<CronExpr>>, tz: Tz) -> Schedule {
         Schedule {
-            cron,
+            cron: cron.into(),
             tz,
             calendar: None,
             active_from: None,

@@ -659,7 +659,7 @@ impl Claimer {
         reason: MissReason,
     ) -> Option<Planned> {
         let tz = self.shared.zone_of(job.timezone);
-        let schedule = schedules::build(job.id, &job.cron, tz, &job.time_rules, calendars)?;
+        let schedule = schedules::build(job.id, job.cron.clone(), tz, &job.time_rules, calendars)?;
         let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
         let freezes = self.shared.freezes.current();
         let (missed, freeze) = first_span(

@@ -896,7 +896,7 @@ impl Loop {
             },
         };
         let tz = self.shared.zone_of(schedule.timezone);
-        let built = schedules::build(schedule.id, &cron, tz, &schedule.time_rules, calendars)?;
+        let built = schedules::build(schedule.id, cron, tz, &schedule.time_rules, calendars)?;
         Some(Known {
             schedule_from: schedule.schedule_from,
             schedule: Arc::new(built),

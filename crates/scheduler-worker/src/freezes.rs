@@ -139,7 +139,8 @@ pub(crate) async fn claim_end_catch_ups(
             continue;
         }
         let tz = shared.zone_of(job.timezone);
-        let Some(schedule) = schedules::build(job.id, &job.cron, tz, &job.time_rules, &calendars)
+        let Some(schedule) =
+            schedules::build(job.id, job.cron.clone(), tz, &job.time_rules, &calendars)
         else {
             continue;
         };

@@ -52,7 +52,7 @@ pub(crate) async fn user_calendars<'a>(
 /// calendar that is gone, or rules a stored row should never hold.
 pub(crate) fn build(
     job_id: i64,
-    cron: &CronExpr,
+    cron: impl Into<Arc<CronExpr>>,
     tz: Tz,
     rules: &TimeRules,
     calendars: &UserCalendars,
@@ -71,7 +71,7 @@ pub(crate) fn build(
             }
         },
     };
-    match rules.schedule(cron.clone(), tz, calendar) {
+    match rules.schedule(cron, tz, calendar) {
         Ok(schedule) => Some(schedule),
         Err(e) => {
             tracing::error!(job = job_id, error = %e, "a stored schedule is invalid; the job is not armed");
