@@ -388,6 +388,10 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
         .column(Column::Handler)
 }
 
+/// The most jobs a name filter may match for the job list to read their
+/// ids in one go (80 KB); a broader name counts and pages in the database.
+const NAME_MATCHES_MAX: u64 = 10_000;
+
 /// Filters of the job list; `None` means "any".
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
@@ -421,24 +425,42 @@ impl JobRepo<'_> {
     ) -> Result<(Vec<JobRecord>, u64), StorageError> {
         let db = self.store.connection();
         let query = job::Entity::find().filter(filter_condition(filter));
-        let total = query.clone().count(db).await?;
         // Offsets past i64::MAX are rejected by PostgreSQL; nothing is there anyway.
         let offset = page.saturating_sub(1).saturating_mul(page_size);
-        if page_size == 0 || offset >= total {
+        // A substring filter reads the whole name index where no trigram
+        // index serves it (MySQL/MariaDB, SQLite): a name that matches few
+        // jobs is read once, its ids giving both the total and the page,
+        // instead of a count and a page query that each read the index.
+        let (ids, total) = match self.few_named(filter, &query).await? {
+            Some(mut all) => {
+                all.sort_unstable();
+                let total = all.len() as u64;
+                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+                let take = usize::try_from(page_size).unwrap_or(usize::MAX);
+                (all.into_iter().skip(skip).take(take).collect(), total)
+            }
+            None => {
+                let total = query.clone().count(db).await?;
+                if page_size == 0 || offset >= total {
+                    return Ok((Vec::new(), total));
+                }
+                // The page's ids first, from the narrowest index that serves
+                // the filter, then those rows only.
+                let ids: Vec<i64> = query
+                    .select_only()
+                    .column(Column::Id)
+                    .order_by_asc(Column::Id)
+                    .offset(offset)
+                    .limit(page_size)
+                    .into_tuple()
+                    .all(db)
+                    .await?;
+                (ids, total)
+            }
+        };
+        if ids.is_empty() {
             return Ok((Vec::new(), total));
         }
-        // The page's ids first, from the narrowest index that serves the
-        // filter (a name filter reads the name index, not every job row),
-        // then those rows only.
-        let ids: Vec<i64> = query
-            .select_only()
-            .column(Column::Id)
-            .order_by_asc(Column::Id)
-            .offset(offset)
-            .limit(page_size)
-            .into_tuple()
-            .all(db)
-            .await?;
         // A job deleted between the two reads leaves the page one short,
         // as if it had been deleted just before the request.
         let rows = job::Entity::find()
@@ -451,6 +473,29 @@ impl JobRepo<'_> {
             .map(JobRecord::try_from)
             .collect::<Result<_, _>>()?;
         Ok((items, total))
+    }
+
+    /// Every job id a name filter matches, when there are at most
+    /// [`NAME_MATCHES_MAX`]; `None` without a name filter or with more.
+    /// Unordered, so the database reads the narrow name index (ordered by
+    /// id, MySQL would rather walk every job row looking for a page).
+    async fn few_named(
+        &self,
+        filter: &JobFilter,
+        query: &sea_orm::Select<job::Entity>,
+    ) -> Result<Option<Vec<i64>>, StorageError> {
+        if filter.name.is_none() {
+            return Ok(None);
+        }
+        let ids: Vec<i64> = query
+            .clone()
+            .select_only()
+            .column(Column::Id)
+            .limit(NAME_MATCHES_MAX + 1)
+            .into_tuple()
+            .all(self.store.connection())
+            .await?;
+        Ok((ids.len() as u64 <= NAME_MATCHES_MAX).then_some(ids))
     }
 
     pub async fn get(&self, id: i64) -> Result<Option<JobRecord>, StorageError> {

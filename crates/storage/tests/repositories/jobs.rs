@@ -234,6 +234,31 @@ async fn job_list_filters_and_paging(store: Store) {
     let (items, total) = jobs.list(&by_name("a"), 2, 3).await.unwrap();
     assert_eq!(total, 6);
     assert_eq!(names(&items), ["ALPHAX", "Ba-1", "Bang!"]);
+    // A name filter's ids are read once and paged here: by id, the total
+    // whatever the page, an empty page past the end, page 0 as page 1.
+    let mut seen = Vec::new();
+    for page in 1..=3 {
+        let (items, total) = jobs.list(&by_name("a"), page, 2).await.unwrap();
+        assert_eq!(total, 6);
+        seen.extend(items.into_iter().map(|j| j.id));
+    }
+    let expected: Vec<i64> = list(by_name("a")).await.0.iter().map(|j| j.id).collect();
+    assert!(expected.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(seen, expected);
+    let (items, total) = jobs.list(&by_name("a"), 4, 2).await.unwrap();
+    assert!(items.is_empty());
+    assert_eq!(total, 6);
+    let (items, _) = jobs.list(&by_name("a"), 0, 2).await.unwrap();
+    assert_eq!(
+        items.iter().map(|j| j.id).collect::<Vec<_>>(),
+        expected[..2]
+    );
+    let (items, total) = jobs.list(&by_name("a"), u64::MAX, 50).await.unwrap();
+    assert!(items.is_empty());
+    assert_eq!(total, 6);
+    let (items, total) = jobs.list(&by_name("a"), 1, 0).await.unwrap();
+    assert!(items.is_empty());
+    assert_eq!(total, 6);
 }
 
 async fn job_update_bumps_version(store: Store) {
