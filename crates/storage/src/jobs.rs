@@ -5,6 +5,9 @@
 //! change is never committed without its audit row (the API's writes use
 //! these); the plain forms write no entry (seeding, tests).
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use qiwu_domain::calendar::CalendarRule;
@@ -69,7 +72,9 @@ pub struct JobRecord {
     pub group: String,
     pub handler: String,
     pub params: serde_json::Value,
-    pub cron: CronExpr,
+    /// Shared with every record of the same expression read by this
+    /// process (see [`cron_of`]).
+    pub cron: Arc<CronExpr>,
     /// `None`: the service's `QIWU_TIMEZONE`.
     pub timezone: Option<Tz>,
     pub enabled: bool,
@@ -238,8 +243,33 @@ fn corrupt(id: i64, column: &str, value: &str) -> StorageError {
     StorageError::Corrupt(format!("job {id}: {column} {value:?} does not parse"))
 }
 
-fn cron_of(id: i64, text: &str) -> Result<CronExpr, StorageError> {
-    CronExpr::parse(text).map_err(|_| corrupt(id, "cron", text))
+/// Distinct expressions [`cron_of`] keeps; past this the cache starts over
+/// (an installation has far fewer, so this only bounds odd input).
+const CRON_CACHE_MAX: usize = 4096;
+
+/// The stored expression, parsed once per process: every claim reads its
+/// jobs' records, and parsing a cron (croner allocates a byte per possible
+/// year) cost more than the rest of the record. Parsing is deterministic,
+/// so a cached value is the one a fresh parse would give.
+fn cron_of(id: i64, text: &str) -> Result<Arc<CronExpr>, StorageError> {
+    static CACHE: LazyLock<Mutex<HashMap<String, Arc<CronExpr>>>> = LazyLock::new(Default::default);
+    // A panic elsewhere while the lock was held left a map that is still
+    // whole (inserts and clears do not panic half-way).
+    let cached = CACHE
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(text)
+        .cloned();
+    if let Some(cron) = cached {
+        return Ok(cron);
+    }
+    let cron = Arc::new(CronExpr::parse(text).map_err(|_| corrupt(id, "cron", text))?);
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if cache.len() >= CRON_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(text.to_owned(), Arc::clone(&cron));
+    Ok(cron)
 }
 
 /// The job's zone; `None` (no zone stored) is the service's zone.
@@ -1337,6 +1367,23 @@ pub(crate) fn escape_like(s: &str) -> String {
 mod tests {
     use super::*;
     use sea_orm::{DbBackend, QueryTrait};
+
+    #[test]
+    fn a_cron_is_parsed_once_and_shared() {
+        let a = cron_of(1, "0 15 2 * * 1-5").expect("valid");
+        let b = cron_of(2, "0 15 2 * * 1-5").expect("valid");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(*a, CronExpr::parse("0 15 2 * * 1-5").expect("valid"));
+        let other = cron_of(3, "0 16 2 * * 1-5").expect("valid");
+        assert!(!Arc::ptr_eq(&a, &other));
+        // A stored text that does not parse is never cached as valid.
+        for _ in 0..2 {
+            assert!(matches!(
+                cron_of(4, "61 * * * * *"),
+                Err(StorageError::Corrupt(_))
+            ));
+        }
+    }
 
     #[test]
     fn escapes_like_metacharacters() {

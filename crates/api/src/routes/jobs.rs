@@ -2,6 +2,8 @@
 //! are `jobs_service` calls; these handlers extract the request and shape
 //! the answer.
 
+use std::sync::Arc;
+
 use actix_web::http::header;
 use actix_web::{HttpResponse, delete, get, post, put, web};
 use chrono::Utc;
@@ -104,7 +106,7 @@ pub(crate) fn job_zone(state: &AppState, job: &JobRecord) -> Tz {
 pub(crate) async fn job_schedule(
     state: &AppState,
     job: &JobRecord,
-    cron: CronExpr,
+    cron: impl Into<Arc<CronExpr>>,
     tz: Tz,
 ) -> Result<Result<Schedule, Text>, ApiError> {
     let calendar = match job.time_rules.calendar.as_deref() {
@@ -335,7 +337,7 @@ pub async fn preview_change(
     let new = to_new_job(checked, None);
     let new_schedule = starts_new_schedule(&current, &new);
     let after_record = JobRecord {
-        cron: new_cron.clone(),
+        cron: Arc::new(new_cron.clone()),
         timezone: new_zone,
         enabled: new.enabled,
         time_rules: new.time_rules.clone(),
