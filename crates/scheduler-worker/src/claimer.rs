@@ -557,6 +557,8 @@ impl Claimer {
                 after: previous_time(&armed.schedule, *at),
                 schedule_from: armed.schedule_from,
                 first,
+                // A backup wakes after its primary should have claimed.
+                expect_taken: !armed.delay.is_zero(),
             });
         }
         (claims, slots)
@@ -687,6 +689,7 @@ impl Claimer {
                     after: Some(from),
                     schedule_from: job.schedule_from,
                     first: FirstRun::skipped(frozen_text(freeze, &missed, tz)),
+                    expect_taken: false,
                 },
                 note: None,
                 asked: (job.id, through, reason),
@@ -718,6 +721,7 @@ impl Claimer {
                 after: Some(from),
                 schedule_from: job.schedule_from,
                 first,
+                expect_taken: false,
             },
             note: run_once.then(|| missed_text(&missed, reason, tz, true)),
             asked: (job.id, through, reason),

@@ -83,6 +83,7 @@ async fn backfills_write_missing_times_once_and_run_them_in_order(store: Store) 
             after: None,
             schedule_from: job.schedule_from,
             first: FirstRun::running(),
+            expect_taken: false,
         },
         TimeClaim {
             job_id: job.id,
@@ -92,6 +93,7 @@ async fn backfills_write_missing_times_once_and_run_them_in_order(store: Store) 
             after: Some(s(2)),
             schedule_from: job.schedule_from,
             first: FirstRun::skipped("missed"),
+            expect_taken: false,
         },
     ] {
         let out = store
@@ -145,6 +147,7 @@ async fn backfills_write_missing_times_once_and_run_them_in_order(store: Store) 
                 after: None,
                 schedule_from: job.schedule_from,
                 first: FirstRun::running(),
+                expect_taken: false,
             }],
             &ctx("w2", 10),
         )

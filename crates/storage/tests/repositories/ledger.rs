@@ -15,6 +15,7 @@ scenarios!(
     ledger_a_gap_is_caught_up_before_the_next_time,
     ledger_a_catch_up_and_a_timer_collide_on_one_record,
     ledger_batch_corner_cases,
+    ledger_a_backup_batch_claims_only_what_has_no_record,
     ledger_a_failed_batch_writes_nothing,
     ledger_ends_in_batches_and_the_real_end_beats_a_sweep,
     ledger_run_once_requests,
@@ -48,6 +49,7 @@ fn timer(job: &JobRecord, n: i64) -> TimeClaim {
         after: Some(s(n - 1)),
         schedule_from: job.schedule_from,
         first: FirstRun::running(),
+        expect_taken: false,
     }
 }
 
@@ -61,6 +63,7 @@ fn catch_up(job: &JobRecord, after: i64, first: i64, last: i64) -> TimeClaim {
         after: Some(s(after)),
         schedule_from: job.schedule_from,
         first: FirstRun::skipped("missed"),
+        expect_taken: false,
     }
 }
 
@@ -315,6 +318,64 @@ async fn ledger_batch_corner_cases(store: Store) {
     assert_eq!(kinds, ["claimed", "stale", "stale", "gap", "taken"]);
     // Only the claimed one wrote a run; the others wrote nothing.
     assert_eq!(run_count(&store).await, 3);
+}
+
+/// A backup's claims (`expect_taken`) are looked up first: a recorded time
+/// is `Taken` without an attempt, the rest is claimed as any claim, in one
+/// batch mixed with ordinary claims, the outcomes in claim order.
+async fn ledger_a_backup_batch_claims_only_what_has_no_record(store: Store) {
+    let recorded = job(&store, "recorded").await;
+    let later = job(&store, "recorded later").await;
+    let missed = job(&store, "missed by the primary").await;
+    let disabled = job(&store, "disabled").await;
+    let holed = job(&store, "holed").await;
+    let primary = job(&store, "primary's own").await;
+    for j in [&recorded, &later] {
+        assert_eq!(
+            kind(&claim_one(&store, timer(j, 1), "primary").await),
+            "claimed"
+        );
+    }
+    assert_eq!(
+        kind(&claim_one(&store, timer(&later, 2), "primary").await),
+        "claimed"
+    );
+    store
+        .jobs()
+        .set_enabled(disabled.id, false, None, "t", now())
+        .await
+        .unwrap();
+    let backup = |claim: TimeClaim| TimeClaim {
+        expect_taken: true,
+        ..claim
+    };
+    let batch = [
+        backup(timer(&recorded, 1)),
+        backup(timer(&later, 1)),
+        backup(timer(&missed, 1)),
+        backup(timer(&disabled, 1)),
+        backup(timer(&holed, 2)),
+        timer(&primary, 1),
+    ];
+    let runs_before = run_count(&store).await;
+    let outcomes = store
+        .fires()
+        .claim_times(&batch, &ctx("backup"))
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = outcomes.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        ["taken", "taken", "claimed", "stale", "gap", "claimed"]
+    );
+    let ClaimOutcome::Claimed(claimed) = &outcomes[2] else {
+        panic!("the missed time was not claimed");
+    };
+    assert_eq!(claimed.scheduled_at, s(1));
+    assert_eq!(run_count(&store).await, runs_before + 2);
+    // The recorded times kept their one record each.
+    assert_eq!(schedule_rows(&store, recorded.id).await.len(), 1);
+    assert_eq!(schedule_rows(&store, later.id).await.len(), 2);
 }
 
 async fn ledger_a_failed_batch_writes_nothing(store: Store) {

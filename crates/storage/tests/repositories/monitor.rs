@@ -23,6 +23,7 @@ async fn claim(store: &Store, job: &JobRecord, n: i64) -> i64 {
         after: Some(s(n - 1)),
         schedule_from: job.schedule_from,
         first: FirstRun::running(),
+        expect_taken: false,
     };
     let ctx = ClaimContext {
         instance: "mon",
