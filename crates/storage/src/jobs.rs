@@ -506,7 +506,8 @@ impl JobRepo<'_> {
     }
 
     /// Every job id a name filter matches, when there are at most
-    /// [`NAME_MATCHES_MAX`]; `None` without a name filter or with more.
+    /// [`NAME_MATCHES_MAX`]; `None` without a name filter, with more, or on
+    /// PostgreSQL.
     /// Unordered, so the database reads the narrow name index (ordered by
     /// id, MySQL would rather walk every job row looking for a page).
     async fn few_named(
@@ -514,7 +515,9 @@ impl JobRepo<'_> {
         filter: &JobFilter,
         query: &sea_orm::Select<job::Entity>,
     ) -> Result<Option<Vec<i64>>, StorageError> {
-        if filter.name.is_none() {
+        // PostgreSQL's trigram index serves the substring: counting and
+        // paging there is cheaper than reading a broad name's ids.
+        if filter.name.is_none() || self.store.backend() == crate::Backend::Postgres {
             return Ok(None);
         }
         let ids: Vec<i64> = query
