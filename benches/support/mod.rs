@@ -54,7 +54,11 @@ pub struct Database {
 
 impl Database {
     pub async fn fresh(kind: &str, prefix: &str) -> Database {
-        let name = format!("{prefix}_{}", std::process::id());
+        // A fresh name per setup: a process of the previous setup that is
+        // still exiting must not write into this one's SQLite files.
+        static SETUPS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let setup = SETUPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{prefix}_{}_{setup}", std::process::id());
         let (url, admin) = match kind {
             "sqlite" => {
                 let dir = std::env::temp_dir().join(&name);
