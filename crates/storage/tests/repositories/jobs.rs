@@ -259,6 +259,24 @@ async fn job_list_filters_and_paging(store: Store) {
     let (items, total) = jobs.list(&by_name("a"), 1, 0).await.unwrap();
     assert!(items.is_empty());
     assert_eq!(total, 6);
+
+    // Quotes, backslashes and placeholders in a name are text (PostgreSQL
+    // gets the pattern as a quoted literal).
+    let odd = jobs
+        .create(&new_job(r"it's a \ $1 ? job"), "u", now())
+        .await
+        .unwrap();
+    for needle in ["'", r"\", r"'s a \ $1 ?", "$1", "?"] {
+        let (items, total) = list(by_name(needle)).await;
+        assert_eq!(total, 1, "{needle}");
+        assert_eq!(
+            items.iter().map(|j| j.id).collect::<Vec<_>>(),
+            [odd.id],
+            "{needle}"
+        );
+    }
+    let (items, _) = list(by_name(r"\'")).await;
+    assert!(items.is_empty());
 }
 
 async fn job_update_bumps_version(store: Store) {
