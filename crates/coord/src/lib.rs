@@ -10,11 +10,13 @@
 mod error;
 pub mod stats;
 
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_redis::{Config, Pool, Runtime};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
 pub use error::CoordError;
@@ -57,6 +59,13 @@ pub struct JobLock {
 pub struct Coord {
     pool: Pool,
     client: redis::Client,
+    /// One connection taken from the pool and shared by every command: it
+    /// multiplexes, so concurrent commands go out together. Checking one
+    /// out per command cost a round trip of its own (the pool pings a
+    /// connection each time it hands it out), doubling Redis's work per
+    /// job lock. Dropped at the first failed command, so the next command
+    /// checks a fresh one out (after a Redis restart, say).
+    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
 }
 
 impl std::fmt::Debug for Coord {
@@ -97,6 +106,12 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
+/// The scripts, hashed once (`invoke_async` sends `EVALSHA`, and the script
+/// itself only when Redis does not know it yet).
+static ACQUIRE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE));
+static RENEW_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW));
+static RELEASE_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE));
+
 impl Coord {
     /// Opens the pool and checks that Redis answers.
     pub async fn connect(url: &str) -> Result<Coord, CoordError> {
@@ -104,17 +119,43 @@ impl Coord {
         let pool = Config::from_url(url)
             .create_pool(Some(Runtime::Tokio1))
             .map_err(|e| CoordError::Pool(e.to_string()))?;
-        let coord = Coord { pool, client };
+        let coord = Coord {
+            pool,
+            client,
+            shared: Arc::default(),
+        };
         coord.ping().await?;
         Ok(coord)
     }
 
-    async fn conn(&self) -> Result<deadpool_redis::Connection, CoordError> {
-        let conn = self.checkout().await;
-        if conn.is_err() {
-            stats::redis_error();
+    /// The shared connection, checked out of the pool when there is none.
+    async fn conn(&self) -> Result<MultiplexedConnection, CoordError> {
+        if let Some(conn) = self.slot().as_ref() {
+            return Ok(conn.clone());
         }
-        conn
+        let conn = match self.checkout().await {
+            Ok(conn) => deadpool_redis::Connection::take(conn),
+            Err(e) => {
+                stats::redis_error();
+                return Err(e);
+            }
+        };
+        // Two tasks may both have checked one out: the last one stays.
+        *self.slot() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        // The guarded value is a plain handle: never half-written.
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Passes a command's result on; a failure drops the shared connection.
+    fn checked<T>(&self, result: Result<T, CoordError>) -> Result<T, CoordError> {
+        if result.is_err() {
+            *self.slot() = None;
+        }
+        result
     }
 
     async fn checkout(&self) -> Result<deadpool_redis::Connection, CoordError> {
@@ -127,7 +168,7 @@ impl Coord {
 
     pub async fn ping(&self) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
-        let _: String = bounded(redis::cmd("PING").query_async(&mut conn)).await?;
+        let _: String = self.checked(bounded(redis::cmd("PING").query_async(&mut conn)).await)?;
         Ok(())
     }
 
@@ -135,7 +176,7 @@ impl Coord {
     pub async fn publish(&self, change: Change) -> Result<(), CoordError> {
         let payload = serde_json::to_string(&change).map_err(CoordError::Encode)?;
         let mut conn = self.conn().await?;
-        let _: i64 = bounded(conn.publish(CHANGES_CHANNEL, payload)).await?;
+        let _: i64 = self.checked(bounded(conn.publish(CHANGES_CHANNEL, payload)).await)?;
         Ok(())
     }
 
@@ -164,15 +205,17 @@ impl Coord {
         let mut conn = self.conn().await?;
         let key = format!("{LOCK_PREFIX}{job_id}");
         // One round trip: the next fencing token, and the lock if free.
-        let token: i64 = bounded(
-            redis::Script::new(ACQUIRE)
-                .key(&key)
-                .key(format!("{FENCE_PREFIX}{job_id}"))
-                .arg(owner)
-                .arg(ttl.as_millis() as u64)
-                .invoke_async(&mut conn),
-        )
-        .await?;
+        let token: i64 = self.checked(
+            bounded(
+                ACQUIRE_SCRIPT
+                    .key(&key)
+                    .key(format!("{FENCE_PREFIX}{job_id}"))
+                    .arg(owner)
+                    .arg(ttl.as_millis() as u64)
+                    .invoke_async(&mut conn),
+            )
+            .await,
+        )?;
         Ok((token > 0).then(|| JobLock {
             job_id,
             token,
@@ -184,27 +227,31 @@ impl Coord {
     /// Extends a held lock; false when it is no longer ours.
     pub async fn renew(&self, lock: &JobLock, ttl: Duration) -> Result<bool, CoordError> {
         let mut conn = self.conn().await?;
-        let renewed: i64 = bounded(
-            redis::Script::new(RENEW)
-                .key(&lock.key)
-                .arg(&lock.value)
-                .arg(ttl.as_millis() as u64)
-                .invoke_async(&mut conn),
-        )
-        .await?;
+        let renewed: i64 = self.checked(
+            bounded(
+                RENEW_SCRIPT
+                    .key(&lock.key)
+                    .arg(&lock.value)
+                    .arg(ttl.as_millis() as u64)
+                    .invoke_async(&mut conn),
+            )
+            .await,
+        )?;
         Ok(renewed == 1)
     }
 
     /// Gives a lock back, if it is still ours.
     pub async fn release(&self, lock: &JobLock) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
-        let _: i64 = bounded(
-            redis::Script::new(RELEASE)
-                .key(&lock.key)
-                .arg(&lock.value)
-                .invoke_async(&mut conn),
-        )
-        .await?;
+        let _: i64 = self.checked(
+            bounded(
+                RELEASE_SCRIPT
+                    .key(&lock.key)
+                    .arg(&lock.value)
+                    .invoke_async(&mut conn),
+            )
+            .await,
+        )?;
         Ok(())
     }
 }
