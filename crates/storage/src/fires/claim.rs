@@ -159,21 +159,17 @@ impl FireRepo<'_> {
                 .collect();
             let attempted: Vec<usize> =
                 (0..chunk.len()).filter(|i| !recorded.contains(i)).collect();
-            let rest: Vec<TimeClaim> = attempted.iter().map(|&i| chunk[i].clone()).collect();
-            let mut answers = if rest.is_empty() {
-                Vec::new()
-            } else {
-                self.claim_chunk(&rest, ctx).await?
-            }
-            .into_iter();
-            let mut attempted = attempted.into_iter().peekable();
-            for i in 0..chunk.len() {
-                if attempted.next_if_eq(&i).is_some() {
-                    outcomes.push(answers.next().unwrap_or(ClaimOutcome::Taken));
-                } else {
-                    outcomes.push(ClaimOutcome::Taken);
+            let mut answers = vec![ClaimOutcome::Taken; chunk.len()];
+            if !attempted.is_empty() {
+                let rest: Vec<TimeClaim> = attempted.iter().map(|&i| chunk[i].clone()).collect();
+                for (i, outcome) in attempted
+                    .into_iter()
+                    .zip(self.claim_chunk(&rest, ctx).await?)
+                {
+                    answers[i] = outcome;
                 }
             }
+            outcomes.extend(answers);
         }
         Ok(outcomes)
     }
