@@ -25,6 +25,7 @@ mod m20261201_000009_alerts;
 mod m20261201_000010_freezes;
 mod m20261201_000011_backfill;
 mod m20261201_000012_run_callbacks;
+mod m20261202_000013_name_grams;
 
 /// Applies the schema; used by `qiwu-scheduler migrate` and by `Store::migrate`.
 pub struct Migrator;
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000010_freezes::Migration),
             Box::new(m20261201_000011_backfill::Migration),
             Box::new(m20261201_000012_run_callbacks::Migration),
+            Box::new(m20261202_000013_name_grams::Migration),
         ]
     }
 }

@@ -509,7 +509,9 @@ impl JobRepo<'_> {
     /// [`NAME_MATCHES_MAX`]; `None` without a name filter, with more, or on
     /// PostgreSQL.
     /// Unordered, so the database reads the narrow name index (ordered by
-    /// id, MySQL would rather walk every job row looking for a page).
+    /// id, MySQL would rather walk every job row looking for a page). On
+    /// MySQL the needle's trigrams first narrow it to the jobs holding them
+    /// (`job_name_grams`), when they are few enough.
     async fn few_named(
         &self,
         filter: &JobFilter,
@@ -517,11 +519,33 @@ impl JobRepo<'_> {
     ) -> Result<Option<Vec<i64>>, StorageError> {
         // PostgreSQL's trigram index serves the substring: counting and
         // paging there is cheaper than reading a broad name's ids.
-        if filter.name.is_none() || self.store.backend() == crate::Backend::Postgres {
+        let Some(name) = &filter.name else {
+            return Ok(None);
+        };
+        if self.store.backend() == crate::Backend::Postgres {
             return Ok(None);
         }
+        let mut query = query.clone();
+        // On MySQL, the jobs holding the needle's pieces (the gram table
+        // is exact for jobs): only their names are checked.
+        if self.store.backend() == crate::Backend::MySql && crate::keyset::storable(name) {
+            let grams = crate::grams::needle_grams(name);
+            let max = usize::try_from(NAME_MATCHES_MAX).unwrap_or(usize::MAX);
+            if let Some(candidates) = crate::grams::candidates(
+                self.store.connection(),
+                crate::grams::GramTable::Jobs,
+                &grams,
+                max,
+            )
+            .await?
+            {
+                if candidates.is_empty() {
+                    return Ok(Some(Vec::new()));
+                }
+                query = query.filter(Column::Id.is_in(candidates));
+            }
+        }
         let ids: Vec<i64> = query
-            .clone()
             .select_only()
             .column(Column::Id)
             .limit(NAME_MATCHES_MAX + 1)

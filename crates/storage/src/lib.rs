@@ -13,6 +13,7 @@ pub mod entity;
 mod error;
 mod fires;
 mod freezes;
+mod grams;
 mod groups;
 mod jobs;
 mod keyset;

@@ -24,6 +24,10 @@ const IN_CHUNK: usize = 500;
 /// more walks the run log in time order.
 const NAMED_JOBS_MAX: usize = 5_000;
 
+/// The most named jobs whose runs MySQL seeks job by job (see
+/// [`RunRepo::seek_each`]); more go as one `job_id IN (...)`.
+const PER_JOB_SEEKS_MAX: usize = 128;
+
 /// What a `jobName` filter names.
 enum Named {
     /// At most [`NAMED_JOBS_MAX`] jobs (possibly none).
@@ -269,6 +273,14 @@ impl RunRepo<'_> {
             // cannot for a substring) and choose between the job index and
             // walking the log by time; the name condition stays, so only
             // runs whose own copy of the name matches are returned.
+            // MySQL reads every run of the listed jobs to sort them; a few
+            // jobs are cheaper as one newest-first seek each, merged.
+            Named::Jobs(ids)
+                if self.store.backend() == crate::Backend::MySql
+                    && ids.len() <= PER_JOB_SEEKS_MAX =>
+            {
+                self.seek_each(&cond, &ids, fetch).await?
+            }
             Named::Jobs(ids) => self.seek(cond.add(Column::JobId.is_in(ids)), fetch).await?,
             Named::Many => self.seek(cond, fetch).await?,
         };
@@ -298,15 +310,71 @@ impl RunRepo<'_> {
             .await?)
     }
 
+    /// [`RunRepo::seek`] for each job in `ids` (one statement, MySQL): each
+    /// job's newest `fetch` runs meeting `cond` through its own index range,
+    /// then the newest `fetch` of those.
+    async fn seek_each(
+        &self,
+        cond: &Condition,
+        ids: &[i64],
+        fetch: u64,
+    ) -> Result<Vec<run::Model>, StorageError> {
+        use sea_orm::QueryTrait;
+        let mut sql = String::new();
+        let mut values = Vec::new();
+        for id in ids {
+            let one = run::Entity::find()
+                .filter(cond.clone().add(Column::JobId.eq(*id)))
+                .order_by_desc(Column::StartedAt)
+                .order_by_desc(Column::Id)
+                .limit(fetch)
+                .build(sea_orm::DbBackend::MySql);
+            if !sql.is_empty() {
+                sql.push_str(" UNION ALL ");
+            }
+            sql.push('(');
+            sql.push_str(&one.sql);
+            sql.push(')');
+            values.extend(one.values.map(|v| v.0).unwrap_or_default());
+        }
+        sql.push_str(&format!(" ORDER BY started_at DESC, id DESC LIMIT {fetch}"));
+        Ok(run::Entity::find()
+            .from_raw_sql(sea_orm::Statement::from_sql_and_values(
+                sea_orm::DbBackend::MySql,
+                sql,
+                values,
+            ))
+            .all(self.store.connection())
+            .await?)
+    }
+
     /// Which jobs a `jobName` filter can match: the ids of jobs whose runs
     /// carry a name containing it (from `run_job_names`, a row per job and
     /// name), when there are at most [`NAMED_JOBS_MAX`]. With more, or
     /// without a name filter, the run log is walked in time order: a name
     /// that many jobs share matches often enough that a page comes early.
+    /// On MySQL the needle's trigrams (`run_name_grams`) first narrow the
+    /// names to check to the jobs holding them, when they are few enough.
     async fn named_jobs(&self, filter: &RunFilter) -> Result<Named, StorageError> {
         let Some(name) = &filter.job_name else {
             return Ok(Named::Many);
         };
+        let mut narrowed = None;
+        if self.store.backend() == crate::Backend::MySql && keyset::storable(name) {
+            let grams = crate::grams::needle_grams(name);
+            if !grams.is_empty() {
+                narrowed = crate::grams::candidates(
+                    self.store.connection(),
+                    crate::grams::GramTable::Runs,
+                    &grams,
+                    NAMED_JOBS_MAX,
+                )
+                .await?;
+            }
+        }
+        if narrowed.as_ref().is_some_and(Vec::is_empty) {
+            return Ok(Named::Jobs(Vec::new()));
+        }
         let mut query = run_job_name::Entity::find()
             .select_only()
             .column(run_job_name::Column::JobId)
@@ -317,6 +385,11 @@ impl RunRepo<'_> {
             ));
         if let Some(job_id) = filter.job_id {
             query = query.filter(run_job_name::Column::JobId.eq(job_id));
+        }
+        // On MySQL, the jobs holding the needle's pieces: their names are
+        // checked instead of every name.
+        if let Some(candidates) = narrowed {
+            query = query.filter(run_job_name::Column::JobId.is_in(candidates));
         }
         let ids: Vec<i64> = query
             .order_by_asc(run_job_name::Column::JobId)

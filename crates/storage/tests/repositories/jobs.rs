@@ -8,6 +8,7 @@ scenarios!(
     job_create_get_round_trip,
     job_name_taken,
     job_list_filters_and_paging,
+    job_list_name_filter_follows_renames_and_deletes,
     job_update_bumps_version,
     job_update_stale_version,
     job_update_to_taken_name,
@@ -277,6 +278,80 @@ async fn job_list_filters_and_paging(store: Store) {
     }
     let (items, _) = list(by_name(r"\'")).await;
     assert!(items.is_empty());
+}
+
+/// The name filter after creates, renames and deletes (on MySQL it looks
+/// up trigrams kept by triggers on `jobs`): the same jobs as a lowered
+/// substring match computed here, for needles of every shape.
+async fn job_list_name_filter_follows_renames_and_deletes(store: Store) {
+    let jobs = store.jobs();
+    let mut live: Vec<(i64, String)> = Vec::new();
+    for name in [
+        "Nightly-Report",
+        "nightly-backup",
+        "每日报表任务",
+        "周报表",
+        "Été-Report-2",
+        "Load 50%_x",
+        "aab",
+        "to-rename",
+        "to-delete-report",
+    ] {
+        let job = jobs.create(&new_job(name), "u", now()).await.unwrap();
+        live.push((job.id, name.to_owned()));
+    }
+    // A rename drops the old name's pieces and adds the new one's.
+    let (id, _) = live[7].clone();
+    let renamed = new_job("Renamed-Weekly");
+    jobs.update(id, 1, &renamed, "u", now()).await.unwrap();
+    live[7].1 = "Renamed-Weekly".into();
+    let (id, _) = live.pop().unwrap();
+    jobs.delete_many(&[id]).await.unwrap();
+
+    // SQLite lowers ASCII letters only: the needles keep the case of the
+    // names' other letters.
+    for needle in [
+        "report",
+        "REPORT",
+        "ly-",
+        "nightly-r",
+        "每日报",
+        "报表",
+        "报表任务",
+        "Été",
+        "Été-REP",
+        "té-Re",
+        "50%_",
+        "%_x",
+        "aab",
+        "aa",
+        "a",
+        "to-rename",
+        "rename",
+        "weekly",
+        "delete",
+        "to-delete",
+        "zzz",
+        "-",
+    ] {
+        let mut want: Vec<i64> = live
+            .iter()
+            .filter(|(_, n)| n.to_lowercase().contains(&needle.to_lowercase()))
+            .map(|(id, _)| *id)
+            .collect();
+        want.sort_unstable();
+        let filter = JobFilter {
+            name: Some(needle.into()),
+            ..JobFilter::default()
+        };
+        let (items, total) = jobs.list(&filter, 1, 100).await.unwrap();
+        assert_eq!(
+            items.iter().map(|j| j.id).collect::<Vec<_>>(),
+            want,
+            "{needle}"
+        );
+        assert_eq!(total, want.len() as u64, "{needle}");
+    }
 }
 
 async fn job_update_bumps_version(store: Store) {

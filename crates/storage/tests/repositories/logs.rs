@@ -175,6 +175,19 @@ async fn runs_job_name_filter_seeks_named_jobs(store: Store) {
             "success",
         ));
     }
+    // Names with CJK, cased non-ASCII letters and LIKE's wildcards
+    // (MySQL looks up the ASCII and caseless pieces only).
+    for (i, name) in ["每日报表任务", "Été-Report", "Load 50%_x"]
+        .iter()
+        .enumerate()
+    {
+        rows.push(run_row(
+            800 + i as i64,
+            name,
+            T0 - 5_000 + i as i64,
+            "success",
+        ));
+    }
     // Two rows share a start time, so ids break the tie across jobs.
     rows.push(run_row(11, "Job-011", T0 + 500_000, "success"));
     rows.push(run_row(12, "Job-012", T0 + 500_000, "success"));
@@ -221,6 +234,12 @@ async fn runs_job_name_filter_seeks_named_jobs(store: Store) {
         by_name("GONE"),
         by_name("e"),
         by_name("no such job"),
+        by_name("报表任"),
+        // SQLite lowers ASCII letters only.
+        by_name("Été-REP"),
+        by_name("té-Re"),
+        by_name("50%_"),
+        by_name("%_x"),
         RunFilter {
             job_id: Some(7),
             ..by_name("job-007")

@@ -1,0 +1,173 @@
+//! Trigram look-ups for the name filters on MySQL/MariaDB.
+//!
+//! MySQL has no index for `LIKE '%…%'`; migration 13 keeps the three-
+//! character pieces of every lowered job name (`job_name_grams`) and of
+//! every name in the run log (`run_name_grams`). A name containing the
+//! needle contains each of the needle's pieces, so the jobs holding all of
+//! them are a superset of the matches: the callers still check each
+//! candidate with the filter's `LIKE`, and fall back to reading the name
+//! index where the needle has no piece to look up.
+
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+
+use crate::StorageError;
+
+/// At most this many pieces are looked up: each narrows the candidates
+/// further but adds a primary-key seek per candidate.
+const GRAMS_MAX: usize = 6;
+
+/// The gram tables.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum GramTable {
+    /// Pieces of `jobs.name_lower`, exact (kept by triggers on `jobs`).
+    Jobs,
+    /// Pieces of `run_job_names.name_lower` (only ever added).
+    Runs,
+}
+
+impl GramTable {
+    fn name(self) -> &'static str {
+        match self {
+            GramTable::Jobs => "job_name_grams",
+            GramTable::Runs => "run_name_grams",
+        }
+    }
+}
+
+/// The three-character pieces every name containing `needle` has once
+/// the database lowered it, at most [`GRAMS_MAX`], spread over the needle.
+///
+/// Only pieces whose characters the database's `LOWER` is known to map as
+/// Rust does are used: ASCII letters and characters without case (digits,
+/// punctuation, CJK…). A piece with any other character is skipped; so is
+/// a needle with none left (the caller then reads the name index).
+pub(crate) fn needle_grams(needle: &str) -> Vec<String> {
+    let mut pieces: Vec<String> = Vec::new();
+    // The current run of characters both sides lower alike.
+    let mut run: Vec<char> = Vec::new();
+    let flush = |run: &mut Vec<char>, pieces: &mut Vec<String>| {
+        for window in run.windows(3) {
+            let piece: String = window.iter().collect();
+            if !pieces.contains(&piece) {
+                pieces.push(piece);
+            }
+        }
+        run.clear();
+    };
+    for c in needle.chars() {
+        if c.is_ascii() {
+            run.push(c.to_ascii_lowercase());
+        } else if is_caseless(c) {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut pieces);
+        }
+    }
+    flush(&mut run, &mut pieces);
+    if pieces.len() <= GRAMS_MAX {
+        return pieces;
+    }
+    // Spread over the needle, the first and last piece always in.
+    let last = pieces.len() - 1;
+    (0..GRAMS_MAX)
+        .map(|k| pieces[k * last / (GRAMS_MAX - 1)].clone())
+        .collect()
+}
+
+/// A character with no case mapping either way.
+fn is_caseless(c: char) -> bool {
+    let mut lower = c.to_lowercase();
+    let mut upper = c.to_uppercase();
+    lower.next() == Some(c)
+        && lower.next().is_none()
+        && upper.next() == Some(c)
+        && upper.next().is_none()
+}
+
+/// The jobs whose row in `table` holds every piece in `grams` (not empty),
+/// or `None` when there are more than `max`.
+pub(crate) async fn candidates<C: ConnectionTrait>(
+    db: &C,
+    table: GramTable,
+    grams: &[String],
+    max: usize,
+) -> Result<Option<Vec<i64>>, StorageError> {
+    let Some((first, rest)) = grams.split_first() else {
+        return Ok(None);
+    };
+    let table = table.name();
+    // The optimizer estimates each piece's rows with an index dive and
+    // starts from the rarest; the others are primary-key seeks.
+    let mut sql = format!("SELECT g0.job_id FROM {table} g0");
+    for k in 1..=rest.len() {
+        sql.push_str(&format!(
+            " JOIN {table} g{k} ON g{k}.job_id = g0.job_id AND g{k}.gram = ?"
+        ));
+    }
+    sql.push_str(&format!(
+        " WHERE g0.gram = ? LIMIT {}",
+        max.saturating_add(1)
+    ));
+    let values: Vec<Value> = rest
+        .iter()
+        .chain(std::iter::once(first))
+        .map(|g| Value::from(g.clone()))
+        .collect();
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::MySql,
+            sql,
+            values,
+        ))
+        .await?;
+    let ids = rows
+        .iter()
+        .map(|row| row.try_get_by_index::<i64>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ids.len() <= max).then_some(ids))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn needle_pieces() {
+        let cases: &[(&str, &[&str])] = &[
+            ("ab", &[]),
+            ("abc", &["abc"]),
+            ("ABcd", &["abc", "bcd"]),
+            ("aaaa", &["aaa"]),
+            ("50%_x", &["50%", "0%_", "%_x"]),
+            // Cased non-ASCII letters split the needle; CJK has no case.
+            ("xÖyz", &[]),
+            ("aÉbcd", &["bcd"]),
+            ("每日报表", &["每日报", "日报表"]),
+            ("Job-每日", &["job", "ob-", "b-每", "-每日"]),
+            // Fourteen pieces: six spread from the first to the last.
+            (
+                "bench-job-000123",
+                &["ben", "nch", "-jo", "ob-", "000", "123"],
+            ),
+        ];
+        for (needle, want) in cases {
+            assert_eq!(needle_grams(needle), *want, "{needle}");
+        }
+    }
+
+    #[test]
+    fn caseless_characters() {
+        for (c, caseless) in [
+            ('a', false),
+            ('Z', false),
+            ('1', true),
+            ('-', true),
+            ('每', true),
+            ('é', false),
+            ('ß', false),
+            ('İ', false),
+        ] {
+            assert_eq!(is_caseless(c), caseless, "{c}");
+        }
+    }
+}
