@@ -8,7 +8,9 @@
 //! `QIWU_BENCH_JOBS` (100000), `QIWU_BENCH_RUNS` (10000000),
 //! `QIWU_BENCH_DATABASES` (`postgres,mysql`), `QIWU_BENCH_SAMPLES` (200
 //! calls per query), `QIWU_BENCH_KEEP=1` (keep the database and print its
-//! URL), `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`,
+//! URL), `QIWU_BENCH_REUSE` (the URL of a kept database: measure it again,
+//! writing nothing; its kind must be in `QIWU_BENCH_DATABASES`),
+//! `QIWU_TEST_POSTGRES_URL`, `QIWU_TEST_MYSQL_URL`,
 //! `QIWU_TEST_REDIS_URL` (database 13 of that server unless the URL names
 //! one, so other users of the server do not join the worker's cluster).
 //!
@@ -175,7 +177,11 @@ async fn write_rows(store: &Store, jobs: u64, runs: u64, now: i64) {
     if mysql {
         exec(store, "DROP TABLE bench_seq").await;
         exec(store, "DROP TABLE bench_digits").await;
-        exec(store, "ANALYZE TABLE jobs, runs, run_job_names").await;
+        exec(
+            store,
+            "ANALYZE TABLE jobs, runs, run_job_names, job_name_grams, run_name_grams",
+        )
+        .await;
     } else {
         exec(store, "VACUUM ANALYZE").await;
     }
@@ -276,12 +282,24 @@ fn report(what: &str, times: &mut [f64], items: usize) {
 
 async fn bench(kind: &str, jobs: u64, runs: u64, samples: usize) {
     println!("{kind}: {jobs} jobs, {runs} runs");
-    let database = Database::fresh(kind, "qiwu_scale").await;
-    let url = database.url.clone();
+    // A kept database (`QIWU_BENCH_REUSE`) is measured again as it is.
+    let reuse = std::env::var("QIWU_BENCH_REUSE")
+        .ok()
+        .filter(|u| u.starts_with(kind));
+    let database = match &reuse {
+        Some(_) => None,
+        None => Some(Database::fresh(kind, "qiwu_scale").await),
+    };
+    let url = reuse
+        .clone()
+        .or_else(|| database.as_ref().map(|d| d.url.clone()))
+        .unwrap_or_default();
     let store = Store::connect(&url).await.expect("connect");
     store.migrate().await.expect("migrate");
     let now = chrono::Utc::now().timestamp_millis();
-    write_rows(&store, jobs, runs, now).await;
+    if reuse.is_none() {
+        write_rows(&store, jobs, runs, now).await;
+    }
 
     let redis = support::redis_url();
     let env = |instance: &str| -> Vec<(&'static str, String)> {
@@ -458,6 +476,9 @@ async fn bench(kind: &str, jobs: u64, runs: u64, samples: usize) {
     drop(worker);
     drop(api);
     drop(store);
+    let Some(database) = database else {
+        return;
+    };
     if std::env::var("QIWU_BENCH_KEEP").is_ok_and(|v| v == "1") {
         println!("  kept {url}");
         return;

@@ -12,9 +12,14 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
 
 use crate::StorageError;
 
-/// At most this many pieces are looked up: each narrows the candidates
-/// further but adds a primary-key seek per candidate.
-const GRAMS_MAX: usize = 6;
+/// At most this many of the needle's pieces are counted.
+const PIECES_MAX: usize = 8;
+/// A piece more common than this (among jobs) is not worth looking up:
+/// when every piece is, the caller reads the name index instead.
+const RARE_MAX: usize = 2_000;
+/// The rarest pieces joined to find the candidates, at most: each cuts the
+/// candidates down, at a primary-key seek per candidate of the one before.
+const JOINED_MAX: usize = 3;
 
 /// The gram tables.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +40,7 @@ impl GramTable {
 }
 
 /// The three-character pieces every name containing `needle` has once
-/// the database lowered it, at most [`GRAMS_MAX`], spread over the needle.
+/// the database lowered it, at most [`PIECES_MAX`], spread over the needle.
 ///
 /// Only pieces whose characters the database's `LOWER` is known to map as
 /// Rust does are used: ASCII letters and characters without case (digits,
@@ -64,13 +69,13 @@ pub(crate) fn needle_grams(needle: &str) -> Vec<String> {
         }
     }
     flush(&mut run, &mut pieces);
-    if pieces.len() <= GRAMS_MAX {
+    if pieces.len() <= PIECES_MAX {
         return pieces;
     }
     // Spread over the needle, the first and last piece always in.
     let last = pieces.len() - 1;
-    (0..GRAMS_MAX)
-        .map(|k| pieces[k * last / (GRAMS_MAX - 1)].clone())
+    (0..PIECES_MAX)
+        .map(|k| pieces[k * last / (PIECES_MAX - 1)].clone())
         .collect()
 }
 
@@ -84,34 +89,77 @@ fn is_caseless(c: char) -> bool {
         && upper.next().is_none()
 }
 
-/// The jobs whose row in `table` holds every piece in `grams` (not empty),
-/// or `None` when there are more than `max`.
+/// Jobs holding every piece in `grams` in `table`: a superset of the jobs
+/// whose name contains the needle. `None` when every piece is held by more
+/// than [`RARE_MAX`] jobs (or there is none): the pieces would not narrow
+/// the search enough to pay.
+///
+/// Two statements: each piece's count, capped (an index range read of at
+/// most [`RARE_MAX`] entries each), then a join of the rarest few, rarest
+/// first (`STRAIGHT_JOIN`: the optimizer cannot know the pieces are
+/// correlated, and planning a join of many tables costs more than it saves).
 pub(crate) async fn candidates<C: ConnectionTrait>(
     db: &C,
     table: GramTable,
     grams: &[String],
-    max: usize,
 ) -> Result<Option<Vec<i64>>, StorageError> {
-    let Some((first, rest)) = grams.split_first() else {
+    if grams.is_empty() {
         return Ok(None);
-    };
+    }
     let table = table.name();
-    // The optimizer estimates each piece's rows with an index dive and
-    // starts from the rarest; the others are primary-key seeks.
-    let mut sql = format!("SELECT g0.job_id FROM {table} g0");
-    for k in 1..=rest.len() {
+    let counts = grams
+        .iter()
+        .enumerate()
+        .map(|(k, _)| {
+            format!(
+                "SELECT {k} AS k, COUNT(*) AS n FROM \
+                 (SELECT 1 FROM {table} WHERE gram = ? LIMIT {}) x{k}",
+                RARE_MAX + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let values: Vec<Value> = grams.iter().map(|g| Value::from(g.clone())).collect();
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::MySql,
+            counts,
+            values,
+        ))
+        .await?;
+    let mut counted = rows
+        .iter()
+        .map(|row| {
+            let k: i64 = row.try_get_by_index(0)?;
+            let n: i64 = row.try_get_by_index(1)?;
+            Ok((n, usize::try_from(k).unwrap_or(usize::MAX)))
+        })
+        .collect::<Result<Vec<_>, sea_orm::DbErr>>()?;
+    counted.sort_unstable();
+    let rarest: Vec<&String> = counted
+        .iter()
+        .filter(|(n, _)| usize::try_from(*n).unwrap_or(usize::MAX) <= RARE_MAX)
+        .take(JOINED_MAX)
+        .filter_map(|(_, k)| grams.get(*k))
+        .collect();
+    match counted.first() {
+        // No job holds a piece: no job matches.
+        Some((0, _)) => return Ok(Some(Vec::new())),
+        _ if rarest.is_empty() => return Ok(None),
+        _ => {}
+    }
+    let mut sql = format!("SELECT STRAIGHT_JOIN g0.job_id FROM {table} g0");
+    for k in 1..rarest.len() {
         sql.push_str(&format!(
             " JOIN {table} g{k} ON g{k}.job_id = g0.job_id AND g{k}.gram = ?"
         ));
     }
-    sql.push_str(&format!(
-        " WHERE g0.gram = ? LIMIT {}",
-        max.saturating_add(1)
-    ));
-    let values: Vec<Value> = rest
+    sql.push_str(" WHERE g0.gram = ?");
+    // Placeholders in text order: the joins' pieces, then the first.
+    let values: Vec<Value> = rarest[1..]
         .iter()
-        .chain(std::iter::once(first))
-        .map(|g| Value::from(g.clone()))
+        .chain(rarest.first())
+        .map(|g| Value::from((*g).clone()))
         .collect();
     let rows = db
         .query_all_raw(Statement::from_sql_and_values(
@@ -124,7 +172,7 @@ pub(crate) async fn candidates<C: ConnectionTrait>(
         .iter()
         .map(|row| row.try_get_by_index::<i64>(0))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((ids.len() <= max).then_some(ids))
+    Ok(Some(ids))
 }
 
 #[cfg(test)]
@@ -144,10 +192,10 @@ mod tests {
             ("aÉbcd", &["bcd"]),
             ("每日报表", &["每日报", "日报表"]),
             ("Job-每日", &["job", "ob-", "b-每", "-每日"]),
-            // Fourteen pieces: six spread from the first to the last.
+            // Fourteen pieces: eight spread from the first to the last.
             (
                 "bench-job-000123",
-                &["ben", "nch", "-jo", "ob-", "000", "123"],
+                &["ben", "enc", "ch-", "-jo", "ob-", "-00", "001", "123"],
             ),
         ];
         for (needle, want) in cases {

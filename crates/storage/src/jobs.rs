@@ -527,22 +527,23 @@ impl JobRepo<'_> {
         }
         let mut query = query.clone();
         // On MySQL, the jobs holding the needle's pieces (the gram table
-        // is exact for jobs): only their names are checked.
+        // is exact for jobs): only their names are checked. When every
+        // piece is common the name likely is too: counting and paging in
+        // the database reads the name index once, as reading the ids would.
         if self.store.backend() == crate::Backend::MySql && crate::keyset::storable(name) {
             let grams = crate::grams::needle_grams(name);
-            let max = usize::try_from(NAME_MATCHES_MAX).unwrap_or(usize::MAX);
-            if let Some(candidates) = crate::grams::candidates(
-                self.store.connection(),
-                crate::grams::GramTable::Jobs,
-                &grams,
-                max,
-            )
-            .await?
-            {
-                if candidates.is_empty() {
-                    return Ok(Some(Vec::new()));
+            if !grams.is_empty() {
+                match crate::grams::candidates(
+                    self.store.connection(),
+                    crate::grams::GramTable::Jobs,
+                    &grams,
+                )
+                .await?
+                {
+                    Some(candidates) if candidates.is_empty() => return Ok(Some(Vec::new())),
+                    Some(candidates) => query = query.filter(Column::Id.is_in(candidates)),
+                    None => return Ok(None),
                 }
-                query = query.filter(Column::Id.is_in(candidates));
             }
         }
         let ids: Vec<i64> = query

@@ -367,7 +367,6 @@ impl RunRepo<'_> {
                     self.store.connection(),
                     crate::grams::GramTable::Runs,
                     &grams,
-                    NAMED_JOBS_MAX,
                 )
                 .await?;
             }
