@@ -14,3 +14,15 @@ pub enum CoordError {
     #[error("cannot encode a change")]
     Encode(#[source] serde_json::Error),
 }
+
+impl CoordError {
+    /// The connection the command went on cannot be used again (closed,
+    /// reset, or the client says to reconnect); a timeout or an error
+    /// answer from Redis leaves it usable.
+    pub(crate) fn is_broken_connection(&self) -> bool {
+        match self {
+            CoordError::Redis(e) => e.is_unrecoverable_error() || e.is_connection_dropped(),
+            CoordError::Pool(_) | CoordError::Timeout(_) | CoordError::Encode(_) => false,
+        }
+    }
+}

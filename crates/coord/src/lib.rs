@@ -63,10 +63,24 @@ pub struct Coord {
     /// multiplexes, so concurrent commands go out together. Checking one
     /// out per command cost a round trip of its own (the pool pings a
     /// connection each time it hands it out), doubling Redis's work per
-    /// job lock. Dropped at the first failed command, so the next command
-    /// checks a fresh one out (after a Redis restart, say).
-    shared: Arc<Mutex<Option<MultiplexedConnection>>>,
+    /// job lock. Dropped when a command finds it broken (after a Redis
+    /// restart, say) or it has answered nothing for [`SILENT_LIMIT`], so the
+    /// next command checks a fresh one out. A command that merely timed out
+    /// keeps it: under load one slow answer used to drop the connection
+    /// every other command in flight was waiting on, and each of them
+    /// failed with it.
+    shared: Arc<Mutex<Option<SharedConn>>>,
 }
+
+/// The shared connection and when it last answered.
+struct SharedConn {
+    conn: MultiplexedConnection,
+    last_ok: std::time::Instant,
+}
+
+/// A shared connection that has answered nothing for this long, while
+/// commands time out on it, is replaced (a peer gone without a reset).
+const SILENT_LIMIT: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Coord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,31 +144,55 @@ impl Coord {
 
     /// The shared connection, checked out of the pool when there is none.
     async fn conn(&self) -> Result<MultiplexedConnection, CoordError> {
-        if let Some(conn) = self.slot().as_ref() {
-            return Ok(conn.clone());
+        if let Some(shared) = self.slot().as_ref() {
+            return Ok(shared.conn.clone());
         }
-        let conn = match self.checkout().await {
+        let mut conn = match self.checkout().await {
             Ok(conn) => deadpool_redis::Connection::take(conn),
             Err(e) => {
                 stats::redis_error();
                 return Err(e);
             }
         };
+        // Every command is bounded by `COMMAND_TIMEOUT` here; the client's
+        // own shorter limit (500 ms) would fail commands before it.
+        conn.set_response_timeout(COMMAND_TIMEOUT);
         // Two tasks may both have checked one out: the last one stays.
-        *self.slot() = Some(conn.clone());
+        *self.slot() = Some(SharedConn {
+            conn: conn.clone(),
+            last_ok: std::time::Instant::now(),
+        });
         Ok(conn)
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
-        // The guarded value is a plain handle: never half-written.
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<SharedConn>> {
+        // The guarded value is a plain handle and an instant: never
+        // half-written.
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Passes a command's result on; a failure drops the shared connection.
+    /// Passes a command's result on, and judges the shared connection by
+    /// it: a broken connection is dropped, and so is one silent for
+    /// [`SILENT_LIMIT`]; a success marks it alive.
     fn checked<T>(&self, result: Result<T, CoordError>) -> Result<T, CoordError> {
-        if result.is_err() {
-            *self.slot() = None;
+        let mut slot = self.slot();
+        match &result {
+            Ok(_) => {
+                if let Some(shared) = slot.as_mut() {
+                    shared.last_ok = std::time::Instant::now();
+                }
+            }
+            Err(e) if e.is_broken_connection() => *slot = None,
+            Err(_) => {
+                if slot
+                    .as_ref()
+                    .is_some_and(|shared| shared.last_ok.elapsed() > SILENT_LIMIT)
+                {
+                    *slot = None;
+                }
+            }
         }
+        drop(slot);
         result
     }
 

@@ -44,6 +44,9 @@ use crate::timer::Armed;
 
 /// Claims per batch at most.
 const BATCH: usize = 200;
+/// How long an overload catch-up gathers its job's later missed times
+/// while other fires are ready (see `Claimer::take_catch_ups`).
+const RIPEN: Duration = Duration::from_secs(5);
 /// Rounds of timer claims in flight at most (PostgreSQL, MySQL). SQLite
 /// takes one writer at a time: one round there.
 const ROUNDS: usize = 4;
@@ -88,6 +91,8 @@ pub(crate) enum Feedback {
 #[derive(Debug, Default)]
 struct JobWork {
     catch_up: Option<(DateTime<Utc>, MissReason)>,
+    /// When the catch-up began to gather times.
+    catch_up_since: Option<tokio::time::Instant>,
     times: VecDeque<(Armed, DateTime<Utc>)>,
 }
 
@@ -356,7 +361,21 @@ impl Claimer {
         }
     }
 
+    /// The catch-ups to claim now. While other jobs' fires are ready, an
+    /// overload catch-up younger than [`RIPEN`] waits: its job's next
+    /// times fold into it meanwhile, so past capacity one record stands
+    /// for several times instead of each time costing a record of its own
+    /// (which kept the claimer writing skips one by one and falling
+    /// further behind).
     fn take_catch_ups(&mut self) -> Vec<(i64, DateTime<Utc>, MissReason)> {
+        let now = tokio::time::Instant::now();
+        let others_ready = self.order.iter().any(|id| {
+            !self.busy.contains(id)
+                && self
+                    .jobs
+                    .get(id)
+                    .is_some_and(|w| w.catch_up.is_none() && !w.times.is_empty())
+        });
         let mut batch = Vec::new();
         for &job_id in &self.order {
             if batch.len() == BATCH {
@@ -365,9 +384,21 @@ impl Claimer {
             if self.busy.contains(&job_id) {
                 continue;
             }
-            if let Some(work) = self.jobs.get_mut(&job_id)
-                && let Some((through, reason)) = work.catch_up.take()
-            {
+            let Some(work) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let ripening = others_ready
+                && work
+                    .catch_up
+                    .is_some_and(|(_, reason)| reason == MissReason::Overloaded)
+                && work
+                    .catch_up_since
+                    .is_some_and(|since| now.saturating_duration_since(since) < RIPEN);
+            if ripening {
+                continue;
+            }
+            if let Some((through, reason)) = work.catch_up.take() {
+                work.catch_up_since = None;
                 batch.push((job_id, through, reason));
             }
         }
@@ -918,7 +949,10 @@ struct Planned {
 fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
     work.catch_up = Some(match work.catch_up {
         Some((earlier, first_reason)) => (earlier.max(through), first_reason),
-        None => (through, reason),
+        None => {
+            work.catch_up_since = Some(tokio::time::Instant::now());
+            (through, reason)
+        }
     });
 }
 
