@@ -387,14 +387,7 @@ impl Claimer {
             let Some(work) = self.jobs.get_mut(&job_id) else {
                 continue;
             };
-            let ripening = others_ready
-                && work
-                    .catch_up
-                    .is_some_and(|(_, reason)| reason == MissReason::Overloaded)
-                && work
-                    .catch_up_since
-                    .is_some_and(|since| now.saturating_duration_since(since) < RIPEN);
-            if ripening {
+            if ripening(others_ready, work.catch_up, work.catch_up_since, now) {
                 continue;
             }
             if let Some((through, reason)) = work.catch_up.take() {
@@ -945,6 +938,20 @@ struct Planned {
     frozen: bool,
 }
 
+/// A catch-up that waits to gather more times: an `overloaded` one younger
+/// than [`RIPEN`], while other jobs' fires are ready to claim (with nothing
+/// else to do, waiting would only delay the record).
+fn ripening(
+    others_ready: bool,
+    catch_up: Option<(DateTime<Utc>, MissReason)>,
+    since: Option<tokio::time::Instant>,
+    now: tokio::time::Instant,
+) -> bool {
+    others_ready
+        && catch_up.is_some_and(|(_, reason)| reason == MissReason::Overloaded)
+        && since.is_some_and(|since| now.saturating_duration_since(since) < RIPEN)
+}
+
 /// Folds a fire time into the job's catch-up.
 fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
     work.catch_up = Some(match work.catch_up {
@@ -961,4 +968,50 @@ fn fold(work: &mut JobWork, through: DateTime<Utc>, reason: MissReason) {
 /// claim extends is the one catch-ups write.
 fn previous_time(schedule: &Schedule, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
     schedule.last_at_or_before(at - chrono::Duration::milliseconds(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_catch_ups_wait_to_gather() {
+        let now = tokio::time::Instant::now();
+        let at = DateTime::<Utc>::UNIX_EPOCH;
+        let young = Some(now);
+        let old = now.checked_sub(RIPEN);
+        let cases = [
+            // (others ready, reason, since, waits)
+            (true, MissReason::Overloaded, young, true),
+            (true, MissReason::Overloaded, old, false),
+            (false, MissReason::Overloaded, young, false),
+            (true, MissReason::Outage, young, false),
+            (true, MissReason::Downtime, young, false),
+            (true, MissReason::ClockSkew, young, false),
+            (true, MissReason::Stalled, young, false),
+            (true, MissReason::Overloaded, None, false),
+        ];
+        for (others, reason, since, waits) in cases {
+            assert_eq!(
+                ripening(others, Some((at, reason)), since, now),
+                waits,
+                "{others} {reason:?} {since:?}"
+            );
+        }
+        assert!(!ripening(true, None, young, now));
+    }
+
+    #[test]
+    fn a_catch_up_gathers_from_its_first_fold() {
+        let mut work = JobWork::default();
+        let t = |s: i64| DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::seconds(s);
+        fold(&mut work, t(1), MissReason::Overloaded);
+        let since = work.catch_up_since;
+        assert!(since.is_some());
+        fold(&mut work, t(3), MissReason::Outage);
+        fold(&mut work, t(2), MissReason::Overloaded);
+        // Later folds widen it; its reason and start stay the first's.
+        assert_eq!(work.catch_up, Some((t(3), MissReason::Overloaded)));
+        assert_eq!(work.catch_up_since, since);
+    }
 }
