@@ -33,26 +33,34 @@ pub struct Migration;
 /// The longest lowered name (`name_lower` columns are `VARCHAR(255)`).
 const NAME_LOWER_MAX: usize = 255;
 
-/// A loop inserting the grams of `$name` (an expression) for `$id`.
-fn insert_grams(table: &str, name: &str, id: &str) -> String {
+/// A loop running `statement` once for each three-character piece of
+/// `name` (an expression), where `statement` says `PIECE`; the trigger
+/// declares the counter `qiwu_i`.
+fn for_each_gram(name: &str, statement: &str) -> String {
+    let piece = format!("SUBSTRING({name}, qiwu_i, 3)");
     format!(
         "SET qiwu_i = 1; \
          WHILE qiwu_i + 2 <= CHAR_LENGTH({name}) DO \
-         INSERT IGNORE INTO {table} (gram, job_id) \
-         VALUES (SUBSTRING({name}, qiwu_i, 3), {id}); \
+         {}; \
          SET qiwu_i = qiwu_i + 1; \
-         END WHILE;"
+         END WHILE;",
+        statement.replace("PIECE", &piece)
     )
 }
 
-/// A loop deleting the grams of `$name` for `$id` (primary-key deletes).
+/// Inserts the grams of `name` for `id`.
+fn insert_grams(table: &str, name: &str, id: &str) -> String {
+    for_each_gram(
+        name,
+        &format!("INSERT IGNORE INTO {table} (gram, job_id) VALUES (PIECE, {id})"),
+    )
+}
+
+/// Deletes the grams of `name` for `id` (primary-key deletes).
 fn delete_grams(table: &str, name: &str, id: &str) -> String {
-    format!(
-        "SET qiwu_i = 1; \
-         WHILE qiwu_i + 2 <= CHAR_LENGTH({name}) DO \
-         DELETE FROM {table} WHERE gram = SUBSTRING({name}, qiwu_i, 3) AND job_id = {id}; \
-         SET qiwu_i = qiwu_i + 1; \
-         END WHILE;"
+    for_each_gram(
+        name,
+        &format!("DELETE FROM {table} WHERE gram = PIECE AND job_id = {id}"),
     )
 }
 

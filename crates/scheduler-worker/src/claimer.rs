@@ -369,13 +369,7 @@ impl Claimer {
     /// further behind).
     fn take_catch_ups(&mut self) -> Vec<(i64, DateTime<Utc>, MissReason)> {
         let now = tokio::time::Instant::now();
-        let others_ready = self.order.iter().any(|id| {
-            !self.busy.contains(id)
-                && self
-                    .jobs
-                    .get(id)
-                    .is_some_and(|w| w.catch_up.is_none() && !w.times.is_empty())
-        });
+        let others_ready = self.order.iter().any(|id| self.has_ready_time(*id));
         let mut batch = Vec::new();
         for &job_id in &self.order {
             if batch.len() == BATCH {
@@ -407,12 +401,7 @@ impl Claimer {
         let ready = self
             .order
             .iter()
-            .filter(|id| !self.busy.contains(id))
-            .filter(|id| {
-                self.jobs
-                    .get(id)
-                    .is_some_and(|w| w.catch_up.is_none() && !w.times.is_empty())
-            })
+            .filter(|id| self.has_ready_time(**id))
             .count();
         let size = ready
             .div_ceil(free_rounds)
@@ -436,6 +425,16 @@ impl Claimer {
         }
         self.forget_done();
         batch
+    }
+
+    /// The job has a timer fire to claim now: in no round, and no
+    /// catch-up before it.
+    fn has_ready_time(&self, job_id: i64) -> bool {
+        !self.busy.contains(&job_id)
+            && self
+                .jobs
+                .get(&job_id)
+                .is_some_and(|w| w.catch_up.is_none() && !w.times.is_empty())
     }
 
     fn forget_done(&mut self) {

@@ -8,9 +8,9 @@
 //! candidate with the filter's `LIKE`, and fall back to reading the name
 //! index where the needle has no piece to look up.
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, QueryResult, Statement, Value};
 
-use crate::StorageError;
+use crate::{Backend, StorageError, Store};
 
 /// At most this many of the needle's pieces are counted.
 const PIECES_MAX: usize = 8;
@@ -89,28 +89,43 @@ fn is_caseless(c: char) -> bool {
         && upper.next().is_none()
 }
 
-/// Jobs holding every piece in `grams` in `table`: a superset of the jobs
-/// whose name contains the needle. `None` when every piece is held by more
-/// than [`RARE_MAX`] jobs (or there is none): the pieces would not narrow
-/// the search enough to pay.
+/// What the trigram tables say about a name filter.
+#[derive(Debug)]
+pub(crate) enum Narrowed {
+    /// Nothing was looked up: not MySQL, or the needle has no usable piece
+    /// (shorter than three characters, or cased non-ASCII letters only).
+    NotLookedUp,
+    /// Every piece is held by more than [`RARE_MAX`] jobs: the pieces would
+    /// not narrow the search enough to pay.
+    Common,
+    /// Jobs holding the rarest pieces: a superset of the jobs whose name
+    /// contains the needle (none: no job matches).
+    Jobs(Vec<i64>),
+}
+
+/// Looks `needle` up in `table` on MySQL; elsewhere
+/// [`Narrowed::NotLookedUp`].
 ///
 /// Two statements: each piece's count, capped (an index range read of at
 /// most [`RARE_MAX`] entries each), then a join of the rarest few, rarest
 /// first (`STRAIGHT_JOIN`: the optimizer cannot know the pieces are
 /// correlated, and planning a join of many tables costs more than it saves).
-pub(crate) async fn candidates<C: ConnectionTrait>(
-    db: &C,
+pub(crate) async fn narrow(
+    store: &Store,
     table: GramTable,
-    grams: &[String],
-) -> Result<Option<Vec<i64>>, StorageError> {
-    if grams.is_empty() {
-        return Ok(None);
+    needle: &str,
+) -> Result<Narrowed, StorageError> {
+    if store.backend() != Backend::MySql || !crate::keyset::storable(needle) {
+        return Ok(Narrowed::NotLookedUp);
     }
+    let grams = needle_grams(needle);
+    if grams.is_empty() {
+        return Ok(Narrowed::NotLookedUp);
+    }
+    let db = store.connection();
     let table = table.name();
-    let counts = grams
-        .iter()
-        .enumerate()
-        .map(|(k, _)| {
+    let counts = (0..grams.len())
+        .map(|k| {
             format!(
                 "SELECT {k} AS k, COUNT(*) AS n FROM \
                  (SELECT 1 FROM {table} WHERE gram = ? LIMIT {}) x{k}",
@@ -119,15 +134,8 @@ pub(crate) async fn candidates<C: ConnectionTrait>(
         })
         .collect::<Vec<_>>()
         .join(" UNION ALL ");
-    let values: Vec<Value> = grams.iter().map(|g| Value::from(g.clone())).collect();
-    let rows = db
-        .query_all_raw(Statement::from_sql_and_values(
-            DbBackend::MySql,
-            counts,
-            values,
-        ))
-        .await?;
-    let mut counted = rows
+    let mut counted = query(db, counts, grams.iter())
+        .await?
         .iter()
         .map(|row| {
             let k: i64 = row.try_get_by_index(0)?;
@@ -136,43 +144,50 @@ pub(crate) async fn candidates<C: ConnectionTrait>(
         })
         .collect::<Result<Vec<_>, sea_orm::DbErr>>()?;
     counted.sort_unstable();
+    if counted.first().is_some_and(|(n, _)| *n == 0) {
+        // No job holds a piece: no job matches.
+        return Ok(Narrowed::Jobs(Vec::new()));
+    }
+    let rare = i64::try_from(RARE_MAX).unwrap_or(i64::MAX);
     let rarest: Vec<&String> = counted
         .iter()
-        .filter(|(n, _)| usize::try_from(*n).unwrap_or(usize::MAX) <= RARE_MAX)
+        .filter(|(n, _)| *n <= rare)
         .take(JOINED_MAX)
         .filter_map(|(_, k)| grams.get(*k))
         .collect();
-    match counted.first() {
-        // No job holds a piece: no job matches.
-        Some((0, _)) => return Ok(Some(Vec::new())),
-        _ if rarest.is_empty() => return Ok(None),
-        _ => {}
-    }
+    let Some((first, rest)) = rarest.split_first() else {
+        return Ok(Narrowed::Common);
+    };
     let mut sql = format!("SELECT STRAIGHT_JOIN g0.job_id FROM {table} g0");
-    for k in 1..rarest.len() {
+    for k in 1..=rest.len() {
         sql.push_str(&format!(
             " JOIN {table} g{k} ON g{k}.job_id = g0.job_id AND g{k}.gram = ?"
         ));
     }
     sql.push_str(" WHERE g0.gram = ?");
     // Placeholders in text order: the joins' pieces, then the first.
-    let values: Vec<Value> = rarest[1..]
+    let ids = query(db, sql, rest.iter().copied().chain([*first]))
+        .await?
         .iter()
-        .chain(rarest.first())
-        .map(|g| Value::from((*g).clone()))
-        .collect();
-    let rows = db
+        .map(|row| row.try_get_by_index::<i64>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Narrowed::Jobs(ids))
+}
+
+/// Runs one MySQL statement with the pieces as its parameters.
+async fn query<'a>(
+    db: &DatabaseConnection,
+    sql: String,
+    pieces: impl Iterator<Item = &'a String>,
+) -> Result<Vec<QueryResult>, StorageError> {
+    let values: Vec<Value> = pieces.map(|g| Value::from(g.clone())).collect();
+    Ok(db
         .query_all_raw(Statement::from_sql_and_values(
             DbBackend::MySql,
             sql,
             values,
         ))
-        .await?;
-    let ids = rows
-        .iter()
-        .map(|row| row.try_get_by_index::<i64>(0))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(ids))
+        .await?)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use qiwu_domain::pause::PauseRequest;
 
 use crate::entity::job::{self, Column};
 use crate::error::is_unique_violation;
+use crate::grams::{GramTable, Narrowed};
 use crate::timestamp::{from_millis, to_millis};
 use crate::{NewAudit, StorageError, Store};
 
@@ -530,21 +531,11 @@ impl JobRepo<'_> {
         // is exact for jobs): only their names are checked. When every
         // piece is common the name likely is too: counting and paging in
         // the database reads the name index once, as reading the ids would.
-        if self.store.backend() == crate::Backend::MySql && crate::keyset::storable(name) {
-            let grams = crate::grams::needle_grams(name);
-            if !grams.is_empty() {
-                match crate::grams::candidates(
-                    self.store.connection(),
-                    crate::grams::GramTable::Jobs,
-                    &grams,
-                )
-                .await?
-                {
-                    Some(candidates) if candidates.is_empty() => return Ok(Some(Vec::new())),
-                    Some(candidates) => query = query.filter(Column::Id.is_in(candidates)),
-                    None => return Ok(None),
-                }
-            }
+        match crate::grams::narrow(self.store, GramTable::Jobs, name).await? {
+            Narrowed::Jobs(ids) if ids.is_empty() => return Ok(Some(Vec::new())),
+            Narrowed::Jobs(ids) => query = query.filter(Column::Id.is_in(ids)),
+            Narrowed::Common => return Ok(None),
+            Narrowed::NotLookedUp => {}
         }
         let ids: Vec<i64> = query
             .select_only()

@@ -12,6 +12,7 @@ use sea_orm::{
 
 use crate::entity::run::{self, Column};
 use crate::entity::run_job_name;
+use crate::grams::{GramTable, Narrowed};
 use crate::keyset::{self, Key};
 use crate::timestamp::{from_millis, to_millis};
 use crate::{StorageError, Store};
@@ -359,21 +360,13 @@ impl RunRepo<'_> {
         let Some(name) = &filter.job_name else {
             return Ok(Named::Many);
         };
-        let mut narrowed = None;
-        if self.store.backend() == crate::Backend::MySql && keyset::storable(name) {
-            let grams = crate::grams::needle_grams(name);
-            if !grams.is_empty() {
-                narrowed = crate::grams::candidates(
-                    self.store.connection(),
-                    crate::grams::GramTable::Runs,
-                    &grams,
-                )
-                .await?;
-            }
-        }
-        if narrowed.as_ref().is_some_and(Vec::is_empty) {
-            return Ok(Named::Jobs(Vec::new()));
-        }
+        // On MySQL, the jobs holding the needle's pieces: their names are
+        // checked instead of every name.
+        let narrowed = match crate::grams::narrow(self.store, GramTable::Runs, name).await? {
+            Narrowed::Jobs(ids) if ids.is_empty() => return Ok(Named::Jobs(Vec::new())),
+            Narrowed::Jobs(ids) => Some(ids),
+            Narrowed::NotLookedUp | Narrowed::Common => None,
+        };
         let mut query = run_job_name::Entity::find()
             .select_only()
             .column(run_job_name::Column::JobId)
@@ -385,8 +378,6 @@ impl RunRepo<'_> {
         if let Some(job_id) = filter.job_id {
             query = query.filter(run_job_name::Column::JobId.eq(job_id));
         }
-        // On MySQL, the jobs holding the needle's pieces: their names are
-        // checked instead of every name.
         if let Some(candidates) = narrowed {
             query = query.filter(run_job_name::Column::JobId.is_in(candidates));
         }
