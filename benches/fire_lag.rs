@@ -119,6 +119,7 @@ async fn bench(kind: &str, jobs: usize, seconds: u64, workers: usize) {
                 close_all_running_at_start: cluster.is_none(),
                 misfire_threshold: Duration::from_secs(5),
                 max_in_flight: 2_000,
+                claim_ahead: Duration::from_millis(500),
                 on_timeout: Arc::new(|_| Box::pin(async {})),
                 cluster,
             },

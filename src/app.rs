@@ -412,6 +412,7 @@ async fn build_engine(
         close_all_running_at_start: cluster.is_none(),
         misfire_threshold: config.misfire_threshold,
         max_in_flight: config.max_in_flight,
+        claim_ahead: config.claim_ahead,
         on_timeout: timeout_alerts(store.clone()),
         cluster,
     };

@@ -95,6 +95,9 @@ pub struct Config {
     pub misfire_threshold: std::time::Duration,
     /// `QIWU_MAX_IN_FLIGHT`: most fires running in one process at once.
     pub max_in_flight: usize,
+    /// `QIWU_CLAIM_AHEAD_MS`: how long before its time a job's primary
+    /// owner claims a timer fire (0: at its time).
+    pub claim_ahead: std::time::Duration,
     /// `QIWU_MAX_PENDING_RUN_ONCE`: most queued "run once" fires per job;
     /// more are refused with 429.
     pub max_pending_run_once: u64,
@@ -219,6 +222,8 @@ impl Config {
         let max_in_flight =
             usize::try_from(ranged(lookup, "QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
                 .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
+        let claim_ahead =
+            std::time::Duration::from_millis(ranged(lookup, "QIWU_CLAIM_AHEAD_MS", 0, 1_000, 500)?);
         let max_pending_run_once = ranged(
             lookup,
             "QIWU_MAX_PENDING_RUN_ONCE",
@@ -241,6 +246,7 @@ impl Config {
             config_file,
             misfire_threshold,
             max_in_flight,
+            claim_ahead,
             max_pending_run_once,
         })
     }
@@ -430,6 +436,7 @@ mod tests {
             config_file: None,
             misfire_threshold: std::time::Duration::from_secs(5),
             max_in_flight: 10,
+            claim_ahead: std::time::Duration::from_millis(500),
             max_pending_run_once: 10,
         };
         let shown = format!("{config:?}");

@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use crate::ahead::{AheadBook, Hold};
 use crate::context::shutting_down;
 use crate::engine::Shared;
 use crate::fire::Fire;
@@ -82,6 +83,9 @@ pub(crate) enum Feedback {
     Stale(i64),
     /// A backfill released its next fire: claim it.
     Released(i64),
+    /// A fire claimed ahead of its time was taken back (`crate::ahead`):
+    /// hand its time over again.
+    Withdrawn { job_id: i64, at: DateTime<Utc> },
 }
 
 /// The queued work of one job: a catch-up, and timer fires in time order.
@@ -149,6 +153,8 @@ pub(crate) struct Claimer {
 struct TimeRound {
     batch: Vec<(Armed, DateTime<Utc>)>,
     slots: Vec<Option<Slot>>,
+    /// The holds of the fires claimed ahead of their time.
+    holds: Vec<Option<Hold>>,
     claims: Vec<TimeClaim>,
     result: Result<Vec<ClaimOutcome>, StorageError>,
 }
@@ -456,6 +462,16 @@ impl Claimer {
     /// [`Claimer::finish`] takes the outcomes when it is back.
     fn send_times(&mut self, batch: Vec<(Armed, DateTime<Utc>)>) {
         let (claims, slots) = self.timer_claims(&batch);
+        // Taken before the claim reads the job: a change the loop applies
+        // from then on reaches the fire (`crate::ahead`).
+        let holds = claims
+            .iter()
+            .map(|c| {
+                c.first
+                    .starts_at
+                    .map(|_| AheadBook::hold(&self.shared.ahead, c.job_id, self.feedback.clone()))
+            })
+            .collect();
         let jobs: Vec<i64> = batch.iter().map(|(armed, _)| armed.job_id).collect();
         self.busy.extend(jobs.iter().copied());
         self.reserved += batch.len();
@@ -469,6 +485,7 @@ impl Claimer {
             TimeRound {
                 batch,
                 slots,
+                holds,
                 claims,
                 result,
             }
@@ -507,6 +524,7 @@ impl Claimer {
         let TimeRound {
             batch,
             slots,
+            holds,
             claims,
             result,
         } = round;
@@ -520,16 +538,22 @@ impl Claimer {
                 return Err(e);
             }
         };
-        for (((armed, at), slot), (claim, outcome)) in batch
+        for ((((armed, at), slot), hold), (claim, outcome)) in batch
             .into_iter()
             .zip(slots)
+            .zip(holds)
             .zip(claims.iter().zip(outcomes))
         {
-            crate::observe::claimed(Trigger::Schedule, &outcome);
+            // A fire claimed ahead is decided at its time: counted there.
+            let ahead = hold.is_some()
+                && matches!(&outcome, ClaimOutcome::Claimed(c) if c.status == RunStatus::Running);
+            if !ahead {
+                crate::observe::claimed(Trigger::Schedule, &outcome);
+            }
             match outcome {
                 ClaimOutcome::Claimed(claimed) => {
                     let start = armed.start_at(at);
-                    self.start(*claimed, slot, None, start)
+                    self.start(*claimed, slot, hold, None, start)
                 }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
@@ -553,20 +577,28 @@ impl Claimer {
     }
 
     /// The claims of timer fires, with the local slots of non-concurrent
-    /// jobs taken (a busy slot makes the first run a skip).
+    /// jobs taken (a busy slot makes the first run a skip). A fire claimed
+    /// ahead of its time is claimed running and meets the overlap rule at
+    /// its time (`crate::ahead`).
     fn timer_claims(
         &self,
         batch: &[(Armed, DateTime<Utc>)],
     ) -> (Vec<TimeClaim>, Vec<Option<Slot>>) {
         let mut slots = Vec::with_capacity(batch.len());
         let mut claims = Vec::with_capacity(batch.len());
+        let now = self.shared.clock.now();
         for (armed, at) in batch {
-            let slot = (!armed.allow_concurrent)
+            let start = armed.start_at(*at);
+            let ahead = !armed.ahead.is_zero() && start > now;
+            // A fire claimed ahead takes its slot at its time.
+            let slot = (!armed.allow_concurrent && !ahead)
                 .then(|| self.shared.slots.try_take(armed.job_id))
                 .flatten();
             // A job whose fires wait their turn is claimed running; its
             // fire waits for the slot.
-            let first = if !armed.allow_concurrent && !armed.waits && slot.is_none() {
+            let first = if ahead {
+                FirstRun::running().starting_at(start)
+            } else if !armed.allow_concurrent && !armed.waits && slot.is_none() {
                 FirstRun::skipped(texts::SKIP_OVERLAP)
             } else {
                 FirstRun::running()
@@ -655,7 +687,7 @@ impl Claimer {
             match outcome {
                 ClaimOutcome::Claimed(claimed) => {
                     let start = claimed.scheduled_at;
-                    self.start(*claimed, None, planned.note, start)
+                    self.start(*claimed, None, None, planned.note, start)
                 }
                 ClaimOutcome::Taken => {}
                 ClaimOutcome::Stale => {
@@ -783,7 +815,7 @@ impl Claimer {
         };
         for (claimed, note) in started {
             let start = claimed.scheduled_at;
-            self.start(claimed, None, Some(note), start);
+            self.start(claimed, None, None, Some(note), start);
         }
         Ok(())
     }
@@ -827,7 +859,7 @@ impl Claimer {
             crate::observe::claimed(trigger, &outcome);
             if let ClaimOutcome::Claimed(claimed) = outcome {
                 let start = claimed.scheduled_at;
-                self.start(*claimed, None, None, start);
+                self.start(*claimed, None, None, None, start);
             }
         }
         Ok(())
@@ -841,6 +873,7 @@ impl Claimer {
         &mut self,
         claimed: Claimed,
         slot: Option<Slot>,
+        ahead: Option<Hold>,
         note: Option<String>,
         due: DateTime<Utc>,
     ) {
@@ -895,6 +928,7 @@ impl Claimer {
                 note,
                 slot,
                 lock: None,
+                ahead,
                 _permit: permit,
             };
             let span = crate::observe::fire_span(&fire).await;

@@ -33,7 +33,7 @@ use crate::lease::Slots;
 use crate::recorder::Recorder;
 use crate::schedules::{self, UserCalendars};
 use crate::texts;
-use crate::timer::{Armed, Timers};
+use crate::timer::{Armed, Due, Timers};
 
 pub use crate::texts::{REASON_RESTART, REASON_SHUTDOWN};
 
@@ -125,6 +125,9 @@ pub struct EngineConfig {
     pub misfire_threshold: Duration,
     /// Most fires running in this process at once.
     pub max_in_flight: usize,
+    /// How long before its start a job's primary owner claims a timer fire
+    /// (`QIWU_CLAIM_AHEAD_MS`, `crate::ahead`); zero claims at the start.
+    pub claim_ahead: Duration,
     pub on_timeout: OnTimeout,
     /// Set for `worker` processes of a cluster.
     pub cluster: Option<ClusterConfig>,
@@ -153,6 +156,8 @@ pub(crate) struct Shared {
     pub(crate) resume_wake: crate::resumes::ResumeWake,
     /// The backfill fires running here (see `backfill.rs`).
     pub backfill_fires: crate::backfill::InFlight,
+    /// The jobs with fires claimed ahead of their time (`crate::ahead`).
+    pub ahead: Arc<crate::ahead::AheadBook>,
     /// The live workers, as the heart-beat last saw them.
     pub membership: watch::Receiver<Membership>,
     membership_tx: watch::Sender<Membership>,
@@ -228,6 +233,7 @@ impl Engine {
             freezes: crate::freezes::FreezeBook::default(),
             resume_wake: crate::resumes::ResumeWake::default(),
             backfill_fires: crate::backfill::InFlight::default(),
+            ahead: Arc::default(),
             membership,
             membership_tx,
             skew_ms: Arc::new(AtomicI64::new(0)),
@@ -541,6 +547,10 @@ struct Known {
     schedule: Arc<Schedule>,
     allow_concurrent: bool,
     waits: bool,
+    /// Its fires may be claimed ahead of their time: their outcome is not
+    /// decided by the running fire (`waits`) nor does one fire's end
+    /// disable the job before the next (`maxRuns`).
+    claims_ahead: bool,
     /// What freeze windows name.
     group: String,
     handler: String,
@@ -648,6 +658,7 @@ impl Loop {
             | Event::Feedback(Feedback::Released(fire_id)) => {
                 self.claim(Request::Manual { fire_id })
             }
+            Event::Feedback(Feedback::Withdrawn { job_id, at }) => self.retake(job_id, at),
             Event::Command(Command::CancelRequested(run_id)) => {
                 tracing::debug!(run = run_id, "cancel message");
                 self.shared.cancels.check_now();
@@ -678,16 +689,40 @@ impl Loop {
         let _ = self.claims.send(request);
     }
 
-    /// Hands what fell due to the claimer, each time in order. Times the
+    /// Hands what fell due to the claimer.
+    fn on_due(&mut self) {
+        let due = self.timers.pop_due(self.shared.clock.now());
+        self.hand_over(due);
+    }
+
+    /// A fire claimed ahead was taken back (`crate::ahead`): its time is
+    /// handed over again if the job as armed now still has it, and is
+    /// then claimed with the job as it is now.
+    fn retake(&mut self, job_id: i64, at: DateTime<Utc>) {
+        let still_a_time = self.timers.armed(job_id).is_some_and(|armed| {
+            at > armed.schedule_from
+                && armed
+                    .schedule
+                    .next_after(at - chrono::Duration::milliseconds(1))
+                    == Some(at)
+        });
+        if still_a_time {
+            self.hand_over(vec![Due { job_id, at }]);
+        } else {
+            tracing::debug!(job = job_id, %at, "a fire taken back is no longer a time of its job here");
+        }
+    }
+
+    /// Hands due times to the claimer, each job's in order. Times the
     /// process slept past beyond the misfire threshold (a paused process, a
     /// clock step) become one catch-up of their job instead.
-    fn on_due(&mut self) {
+    fn hand_over(&mut self, due: Vec<Due>) {
         let now = self.shared.clock.now();
         let threshold = chrono::Duration::from_std(self.shared.config.misfire_threshold)
             .unwrap_or(chrono::Duration::seconds(5));
         let mut stalled: HashMap<i64, DateTime<Utc>> = HashMap::new();
         let freezes = self.shared.freezes.current();
-        for due in self.timers.pop_due(now) {
+        for due in due {
             // A frozen time is not claimed: the first of its window asks
             // for the window's one record (`crate::freezes`).
             if let Some(known) = self.catalog.get(&due.job_id)
@@ -861,9 +896,14 @@ impl Loop {
         calendars: &UserCalendars,
         line: DateTime<Utc>,
     ) {
+        let version = schedule.as_ref().map(|s| s.version);
         let known = schedule
             .filter(|s| s.enabled)
             .and_then(|s| self.known(&s, calendars));
+        // Fires claimed ahead judge their job by what is applied here.
+        self.shared
+            .ahead
+            .seen(job_id, version.filter(|_| known.is_some()));
         match known {
             Some(known) => {
                 if self.shared.rank(job_id) == Some(0) {
@@ -905,6 +945,10 @@ impl Loop {
                 schedule.overlap_policy,
                 OverlapPolicy::QueueOne | OverlapPolicy::Replace
             ),
+            claims_ahead: !matches!(
+                schedule.overlap_policy,
+                OverlapPolicy::QueueOne | OverlapPolicy::Replace
+            ) && schedule.time_rules.max_runs.is_none(),
             group: schedule.group.clone(),
             handler: schedule.handler.clone(),
         })
@@ -958,11 +1002,18 @@ impl Loop {
             .cluster
             .as_ref()
             .map_or(Duration::ZERO, |c| c.backup_delay * rank as u32);
+        // Only the primary claims ahead; a backup wakes after the time.
+        let ahead = if rank == 0 && known.claims_ahead {
+            self.shared.config.claim_ahead
+        } else {
+            Duration::ZERO
+        };
         let current = self.timers.armed(job_id);
         let same_schedule = current.is_some_and(|a| a.schedule_from == known.schedule_from);
         if same_schedule
             && current.is_some_and(|a| {
                 a.delay == delay
+                    && a.ahead == ahead
                     && a.allow_concurrent == known.allow_concurrent
                     && a.waits == known.waits
             })
@@ -982,6 +1033,7 @@ impl Loop {
             allow_concurrent: known.allow_concurrent,
             waits: known.waits,
             delay,
+            ahead,
         };
         let from = known.schedule_from.max(line);
         let catch_up = rank == 0 && !was_primary && needs_catch_up && known.schedule_from < line;

@@ -231,6 +231,7 @@ impl Harness {
                 close_all_running_at_start: cluster.is_none(),
                 misfire_threshold: Duration::from_secs(5),
                 max_in_flight: 100,
+                claim_ahead: Duration::from_millis(500),
                 on_timeout: Arc::new(|_| Box::pin(async {})),
                 cluster,
             },
@@ -360,6 +361,13 @@ async fn runs(store: &Store, job: i64) -> Vec<run::Model> {
         .expect("runs")
 }
 
+/// The run started before `now` (a fire claimed ahead of its time shows
+/// `running` with its start still to come, and meets the overlap rule at
+/// that start).
+fn started(run: &run::Model, now: DateTime<Utc>) -> bool {
+    run.started_at < ms(now)
+}
+
 fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
@@ -412,7 +420,9 @@ async fn a_timeout_is_recorded_at_the_deadline_and_the_slot_held_until_the_handl
     // and the first one after it runs.
     let runs = h
         .until(job, Duration::from_secs(20), |runs| {
-            runs.iter().skip(1).any(|r| r.status != "skipped")
+            runs.iter()
+                .skip(1)
+                .any(|r| r.status != "skipped" && started(r, h.now()))
         })
         .await;
     let first = &runs[0];
@@ -455,7 +465,8 @@ async fn a_cancel_is_recorded_at_once_never_retried_and_the_slot_held_until_the_
     let job = ids[0];
     let runs = h
         .until(job, Duration::from_secs(5), |runs| {
-            runs.first().is_some_and(|r| r.status == "running")
+            runs.first()
+                .is_some_and(|r| r.status == "running" && started(r, h.now()))
         })
         .await;
     let first = runs[0].id;
@@ -488,7 +499,9 @@ async fn a_cancel_is_recorded_at_once_never_retried_and_the_slot_held_until_the_
     // cancelled fire has no second attempt.
     let runs = h
         .until(job, Duration::from_secs(20), |runs| {
-            runs.iter().skip(1).any(|r| r.status != "skipped")
+            runs.iter()
+                .skip(1)
+                .any(|r| r.status != "skipped" && started(r, h.now()))
         })
         .await;
     let returned = cancelled.started_at + 4500;
@@ -524,7 +537,8 @@ async fn a_cancel_whose_message_is_lost_is_found_in_the_database() {
     h.run_once(job).await;
     let runs = h
         .until(job, Duration::from_secs(5), |runs| {
-            runs.first().is_some_and(|r| r.status == "running")
+            runs.first()
+                .is_some_and(|r| r.status == "running" && started(r, h.now()))
         })
         .await;
     let asked = h.now();
@@ -1510,8 +1524,10 @@ async fn a_paused_job_resumes_at_its_end_and_fires_from_there() {
     )
     .await;
     let id = ids[0];
-    h.until(id, Duration::from_secs(20), |runs| runs.len() >= 2)
-        .await;
+    h.until(id, Duration::from_secs(20), |runs| {
+        runs.iter().filter(|r| r.status == "success").count() >= 2
+    })
+    .await;
     let paused_at = h.now();
     let until = paused_at + chrono::Duration::milliseconds(4_300);
     let request = qiwu_domain::pause::PauseRequest {
@@ -1527,7 +1543,8 @@ async fn a_paused_job_resumes_at_its_end_and_fires_from_there() {
     h.handle.send(Command::JobChanged(id));
     let runs = h
         .until(id, Duration::from_secs(20), |runs| {
-            runs.iter().any(|r| r.scheduled_at > ms(until))
+            runs.iter()
+                .any(|r| r.scheduled_at > ms(until) && r.status == "success")
         })
         .await;
     let (store, _hold) = h.shut_down().await;
@@ -1650,4 +1667,189 @@ async fn a_freeze_skips_its_times_once_and_run_once_catches_up_at_its_end() {
         "{outside:#?}"
     );
     h.shut_down().await;
+}
+
+/// The runs of `job` scheduled at `at`, and how many ledger records
+/// cover that time.
+async fn at_time(store: &Store, job: i64, at: i64) -> (Vec<run::Model>, usize) {
+    let runs: Vec<run::Model> = runs(store, job)
+        .await
+        .into_iter()
+        .filter(|r| r.scheduled_at == at)
+        .collect();
+    let records = store
+        .connection()
+        .query_all_raw(Statement::from_string(
+            store.connection().get_database_backend(),
+            format!("SELECT id FROM fires WHERE job_id = {job} AND scheduled_at = {at}"),
+        ))
+        .await
+        .expect("fires")
+        .len();
+    (runs, records)
+}
+
+/// The fire claimed ahead of the job's next time, once there is one: its
+/// run shows `running` with its start still to come.
+async fn claimed_ahead(h: &Harness, job: i64) -> run::Model {
+    let runs = h
+        .until(job, Duration::from_secs(5), |runs| {
+            runs.iter()
+                .any(|r| r.status == "running" && !started(r, h.now()))
+        })
+        .await;
+    runs.into_iter()
+        .find(|r| r.status == "running" && !started(r, h.now()))
+        .expect("a fire claimed ahead")
+}
+
+/// A fire is claimed `QIWU_CLAIM_AHEAD_MS` before its time, shows its
+/// planned start meanwhile, and starts at its time; the run's start as
+/// written is when it really started.
+#[tokio::test(start_paused = true)]
+async fn a_fire_claimed_ahead_starts_at_its_time() {
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[job("ahead", "test.stubborn", "* * * * * *")],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let job = ids[0];
+    let waiting = claimed_ahead(&h, job).await;
+    let at = waiting.scheduled_at;
+    assert_eq!(waiting.started_at, at, "{waiting:?}");
+    // Claimed within a step of half a second before its time.
+    let early = at - ms(h.now());
+    assert!(
+        (500 - STEP.as_millis() as i64..=500).contains(&early),
+        "claimed {early} ms ahead"
+    );
+    let runs = h
+        .until(job, Duration::from_secs(2), |runs| {
+            runs.iter()
+                .any(|r| r.scheduled_at == at && r.status == "success")
+        })
+        .await;
+    let ran = runs.iter().find(|r| r.scheduled_at == at).expect("the run");
+    let lag = ran.started_at - at;
+    assert!(
+        (0..=STEP.as_millis() as i64).contains(&lag),
+        "started {lag} ms late: {ran:?}"
+    );
+    assert!(ran.finished_at.unwrap_or(0) >= ran.started_at, "{ran:?}");
+    h.shut_down().await;
+}
+
+/// A job edited between the claim of its next fire and that fire's time
+/// runs the fire as edited (the claim is taken back and made again), and
+/// a job disabled in between does not run it: no record for that time.
+#[tokio::test(start_paused = true)]
+async fn a_change_before_the_time_of_a_fire_claimed_ahead_is_honoured() {
+    let spec = job("edited", "test.stubborn", "* * * * * *");
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        std::slice::from_ref(&spec),
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let id = ids[0];
+    let waiting = claimed_ahead(&h, id).await;
+    let at = waiting.scheduled_at;
+    // The params change (no schedule change): the fire runs with them.
+    let mut edited = spec.clone();
+    edited.params = json!({"ms": 300});
+    let current = h.store.jobs().get(id).await.expect("read").expect("job");
+    h.store
+        .jobs()
+        .update(id, current.version, &edited, "alice", h.now())
+        .await
+        .expect("update");
+    h.handle.send(Command::JobChanged(id));
+    let runs = h
+        .until(id, Duration::from_secs(3), |runs| {
+            runs.iter()
+                .any(|r| r.scheduled_at == at && r.status == "success")
+        })
+        .await;
+    let (at_runs, records) = at_time(&h.store, id, at).await;
+    assert_eq!((at_runs.len(), records), (1, 1), "{runs:#?}");
+    let ran = &at_runs[0];
+    assert!(
+        ran.duration_ms.unwrap_or(0) >= 300,
+        "ran as edited: {ran:?}"
+    );
+    assert_ne!(ran.id, waiting.id, "claimed again: {ran:?}");
+    assert!(
+        (0..=STEP.as_millis() as i64).contains(&(ran.started_at - at)),
+        "{ran:?}"
+    );
+
+    // Disabled before the time of a fire claimed ahead: it never runs.
+    let waiting = claimed_ahead(&h, id).await;
+    let at = waiting.scheduled_at;
+    h.store
+        .jobs()
+        .set_enabled(id, false, None, "alice", h.now())
+        .await
+        .expect("disable");
+    h.handle.send(Command::JobChanged(id));
+    h.pass(Duration::from_millis(1500)).await;
+    let (at_runs, records) = at_time(&h.store, id, at).await;
+    assert_eq!((at_runs.len(), records), (0, 0), "{at_runs:#?}");
+    let later = runs_after(&h.store, id, at).await;
+    assert!(later.is_empty(), "{later:#?}");
+    h.shut_down().await;
+}
+
+async fn runs_after(store: &Store, job: i64, at: i64) -> Vec<run::Model> {
+    runs(store, job)
+        .await
+        .into_iter()
+        .filter(|r| r.scheduled_at >= at)
+        .collect()
+}
+
+/// A cancel of a fire claimed ahead ends it before it starts: recorded
+/// `cancelled`, the handler never called; a shutdown before its time takes
+/// the claim back, leaving the time to whoever runs next.
+#[tokio::test(start_paused = true)]
+async fn a_fire_claimed_ahead_is_cancelled_or_taken_back_before_it_starts() {
+    let mut spec = job("waiting", "test.stubborn", "* * * * * *");
+    spec.params = json!({"ms": 5000});
+    spec.allow_concurrent = true;
+    let (h, ids) =
+        Harness::start(hold_clock().await, &[spec], chrono::Duration::zero(), None).await;
+    let id = ids[0];
+    let waiting = claimed_ahead(&h, id).await;
+    let asked = h.now();
+    h.store
+        .runs()
+        .request_cancel(waiting.id, "alice", asked)
+        .await
+        .expect("request");
+    h.handle.send(Command::CancelRequested(waiting.id));
+    let runs = h
+        .until(id, Duration::from_secs(1), |runs| {
+            runs.iter()
+                .any(|r| r.id == waiting.id && r.status != "running")
+        })
+        .await;
+    let cancelled = runs.iter().find(|r| r.id == waiting.id).expect("the run");
+    assert_eq!(cancelled.status, "cancelled", "{cancelled:?}");
+    assert!(
+        cancelled.error.contains("Cancelled by alice"),
+        "{cancelled:?}"
+    );
+    assert!(
+        cancelled.finished_at.unwrap_or(i64::MAX) < cancelled.scheduled_at,
+        "ended before its time: {cancelled:?}"
+    );
+    assert_eq!(cancelled.duration_ms, Some(0), "{cancelled:?}");
+
+    let waiting = claimed_ahead(&h, id).await;
+    let (store, _hold) = h.shut_down().await;
+    let (at_runs, records) = at_time(&store, id, waiting.scheduled_at).await;
+    assert_eq!((at_runs.len(), records), (0, 0), "taken back: {at_runs:#?}");
 }

@@ -26,7 +26,9 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::ahead::Hold;
 use crate::cancels::Cancels;
+use crate::clock::sleep_for;
 use crate::context::{
     LogSink, MAX_ERROR_CHARS, RunContext, StopReason, Stopper, cut, output_of, shutting_down,
     stop_pair,
@@ -34,6 +36,7 @@ use crate::context::{
 use crate::engine::{Shared, TimeoutInfo};
 use crate::handlers::Handler;
 use crate::lease::{LockLease, Slot};
+use crate::observe::Withdrawal;
 use crate::texts;
 
 /// How often a fire waiting its turn in a cluster tries the job's lock.
@@ -58,6 +61,9 @@ pub(crate) struct Fire {
     pub note: Option<String>,
     pub slot: Option<Slot>,
     pub lock: Option<LockLease>,
+    /// Set for a fire claimed ahead of its time, until that time
+    /// (`crate::ahead`).
+    pub ahead: Option<Hold>,
     /// Held for its drop: a place among the fires in flight.
     pub _permit: OwnedSemaphorePermit,
 }
@@ -165,6 +171,17 @@ fn final_end(outcome: &Outcome, status: RunStatus) -> FireEnd {
     }
 }
 
+/// What a fire claimed ahead does at its time.
+enum AtTime {
+    Run,
+    /// Taken back: the time is unclaimed again.
+    TakenBack,
+    /// Not to run, and the claim could not be taken back: recorded skipped.
+    Skip,
+    /// Someone cancelled the run before its time (named here).
+    Cancelled(String),
+}
+
 /// The handler of a job that can run, with its checked params.
 type Runnable = (Arc<dyn Handler>, Map<String, Value>);
 
@@ -182,6 +199,32 @@ struct Attempt {
 impl Fire {
     /// Runs the fire to its end and records every attempt.
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        // Claimed ahead: everything below is judged at the time, as if the
+        // claim had come then; the run's real start is written at its end.
+        let claimed_ahead = self.ahead.is_some();
+        match self.wait_for_time(&mut stop).await {
+            AtTime::Run => {}
+            AtTime::TakenBack => return,
+            AtTime::Skip => {
+                return self
+                    .end_at_once(RunStatus::Skipped, texts::NOT_TAKEN_BACK, "")
+                    .await;
+            }
+            AtTime::Cancelled(by) => {
+                crate::observe::decided_at_time(false);
+                let error = texts::cancelled(&by);
+                return self.end_at_once(RunStatus::Cancelled, "", &error).await;
+            }
+        }
+        if claimed_ahead {
+            // The overlap rule at its time; counted as its claim would
+            // have been then.
+            if !self.job.allow_concurrent && self.slot.is_none() {
+                self.slot = self.shared.slots.try_take(self.job.id);
+            }
+            let overlaps = !self.job.allow_concurrent && self.slot.is_none();
+            crate::observe::decided_at_time(overlaps);
+        }
         let (handler, params) = match self.runnable() {
             Ok(ready) => ready,
             Err(reason) => return self.end_at_once(RunStatus::Failed, "", &reason).await,
@@ -233,7 +276,8 @@ impl Fire {
             let retry = decision.retry;
             let (status, error) = (decision.status, decision.error.clone());
             let succeeded = status == RunStatus::Success;
-            self.record(&attempt, decision).await;
+            let real_start = (claimed_ahead && self.attempt == 1).then_some(attempt.started_at);
+            self.record(&attempt, decision, real_start).await;
             if succeeded {
                 self.count_towards_limit().await;
             }
@@ -589,8 +633,15 @@ impl Fire {
         }
     }
 
-    /// The one place an attempt's end is written.
-    async fn record(&self, attempt: &Attempt, decision: Decision) {
+    /// The one place an attempt's end is written; `real_start` for the
+    /// first attempt of a fire claimed ahead, whose row holds the planned
+    /// start.
+    async fn record(
+        &self,
+        attempt: &Attempt,
+        decision: Decision,
+        real_start: Option<DateTime<Utc>>,
+    ) {
         let end = RunEnd {
             status: decision.status,
             finished_at: self.shared.clock.now(),
@@ -598,8 +649,77 @@ impl Fire {
             output: decision.output,
             error: decision.error,
             trace_id: crate::observe::trace_id(),
+            started_at: real_start,
         };
         self.write_end(end).await;
+    }
+
+    /// A fire claimed ahead waits for its time. It then runs only while
+    /// its job is the version it was claimed with and no freeze window
+    /// holds the time; otherwise, or when the process stops first, the
+    /// claim is taken back and (unless stopping) the time handed back to
+    /// the loop (`crate::ahead`). Its run shows `running` meanwhile, so a
+    /// cancel of it is heard and ends it before it starts. A fire not
+    /// claimed ahead runs at once.
+    async fn wait_for_time(&mut self, stop: &mut watch::Receiver<bool>) -> AtTime {
+        let Some(hold) = self.ahead.take() else {
+            return AtTime::Run;
+        };
+        let wait = sleep_for(self.shared.clock.now(), self.due);
+        let mut cancel = Cancels::watch(&self.shared, self.run_id);
+        let stopping = tokio::select! {
+            biased;
+            () = shutting_down(stop) => true,
+            by = cancel.cancelled() => return AtTime::Cancelled(by),
+            () = tokio::time::sleep(wait) => false,
+        };
+        drop(cancel);
+        let why = if stopping {
+            Withdrawal::Stopping
+        } else if !hold.current(self.job.version) {
+            Withdrawal::Changed
+        } else if self.frozen() {
+            Withdrawal::Frozen
+        } else {
+            return AtTime::Run;
+        };
+        let fires = self.shared.store.fires();
+        match fires
+            .withdraw(self.fire_id, self.run_id, &self.shared.config.instance)
+            .await
+        {
+            Ok(true) => {
+                crate::observe::withdrawn(self.job.id, self.scheduled_at, why);
+                if why != Withdrawal::Stopping {
+                    hold.hand_back(self.scheduled_at);
+                }
+                AtTime::TakenBack
+            }
+            Ok(false) => {
+                // Swept meanwhile (this instance counted as lost): the
+                // record stands as the sweep wrote it.
+                tracing::warn!(
+                    job = self.job.id,
+                    run = self.run_id,
+                    "a fire claimed ahead was closed before its time; nothing to take back"
+                );
+                AtTime::TakenBack
+            }
+            Err(e) => {
+                tracing::warn!(job = self.job.id, run = self.run_id, error = %e, ?why, "cannot take back a fire claimed ahead; recording it skipped");
+                AtTime::Skip
+            }
+        }
+    }
+
+    /// A freeze window holds this fire's time.
+    fn frozen(&self) -> bool {
+        let job = &self.job;
+        self.shared
+            .freezes
+            .current()
+            .iter()
+            .any(|f| f.freezes(job.id, &job.group, &job.handler, self.scheduled_at))
     }
 
     /// A fire that waited for its turn and ends without it (cancelled,
@@ -624,6 +744,7 @@ impl Fire {
             output: output.to_string(),
             error: cut(error, MAX_ERROR_CHARS),
             trace_id: crate::observe::trace_id(),
+            started_at: None,
         };
         self.write_end(end).await;
         if status == RunStatus::Failed {

@@ -1,6 +1,7 @@
 //! Timers, claims and execution of Qiwu Scheduler, and the built-in
 //! handlers compiled into the service.
 
+mod ahead;
 pub mod alerts;
 mod backfill;
 mod calendar_alerts;

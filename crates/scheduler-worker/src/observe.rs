@@ -48,6 +48,36 @@ pub(crate) fn claimed(trigger: Trigger, outcome: &ClaimOutcome) {
     metrics().fire(trigger.as_str(), outcome_label(outcome));
 }
 
+/// Why a fire claimed ahead of its time was taken back (`crate::ahead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Withdrawal {
+    /// The job changed (or went) before the time.
+    Changed,
+    /// A freeze window holds the time.
+    Frozen,
+    /// The process is stopping.
+    Stopping,
+}
+
+/// Counts a fire claimed ahead and taken back before its time (its time is
+/// then claimed afresh, and counted by that claim).
+pub(crate) fn withdrawn(job_id: i64, at: DateTime<Utc>, why: Withdrawal) {
+    tracing::info!(job = job_id, %at, ?why, "a fire claimed ahead of its time was taken back");
+    metrics().fire(Trigger::Schedule.as_str(), "withdrawn");
+}
+
+/// Counts what a fire claimed ahead came to at its time, as its claim
+/// would have been counted then: it runs (`claimed`) or the overlap rule
+/// skips it (`skipped_overlap`).
+pub(crate) fn decided_at_time(skipped: bool) {
+    let outcome = if skipped {
+        "skipped_overlap"
+    } else {
+        "claimed"
+    };
+    metrics().fire(Trigger::Schedule.as_str(), outcome);
+}
+
 /// Counts a catch-up's claim: `count` missed fire times recorded as one
 /// skipped record or one catch-up run when this instance wrote it.
 pub(crate) fn caught_up(outcome: &ClaimOutcome, reason: MissReason, count: usize) {

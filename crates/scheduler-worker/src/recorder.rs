@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use qiwu_storage::{END_WRITE_FALLBACK, EndWritten, RunEnd, RunStatus, Store};
 use tokio::sync::{mpsc, oneshot};
 
@@ -51,14 +50,15 @@ impl Recorder {
 }
 
 /// The fallback written instead of an end the database keeps refusing.
-fn fallback(finished_at: DateTime<Utc>, duration_ms: i64) -> RunEnd {
+fn fallback(end: &RunEnd) -> RunEnd {
     RunEnd {
         status: RunStatus::Failed,
-        finished_at,
-        duration_ms,
+        finished_at: end.finished_at,
+        duration_ms: end.duration_ms,
         output: String::new(),
         error: END_WRITE_FALLBACK.to_string(),
         trace_id: None,
+        started_at: end.started_at,
     }
 }
 
@@ -127,7 +127,7 @@ async fn write_alone(store: &Store, request: EndRequest) {
                     crate::observe::end_write_failed("fallback");
                 }
                 if refusals >= MAX_REFUSALS {
-                    end = fallback(end.finished_at, end.duration_ms);
+                    end = fallback(&end);
                 }
             }
         }

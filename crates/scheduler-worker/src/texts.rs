@@ -4,6 +4,7 @@
 
 pub(crate) const SKIP_OVERLAP: &str = "上一次执行还没有结束，且不允许并发执行，本次跳过。\nThe previous run has not finished and concurrent runs are not allowed: skipped.";
 pub(crate) const SKIP_ELSEWHERE: &str = "另一个实例正在执行这个任务，且不允许并发执行，本次跳过。\nAnother instance is running this job and concurrent runs are not allowed: skipped.";
+pub(crate) const NOT_TAKEN_BACK: &str = "本次触发提前认领后，任务在触发时间前已变更（或进程正在停止），且认领无法撤回：本次跳过。\nThis fire was claimed ahead of its time; the job changed (or the process was stopping) before the time came, and the claim could not be taken back: skipped.";
 pub(crate) const LOCK_UNAVAILABLE: &str = "任务锁不可用（无法连接 Redis），为避免重复执行，本次不执行。\nThe job lock is unavailable (Redis unreachable); the fire did not run, to avoid overlapping runs.";
 pub(crate) const LOCK_LOST: &str = "任务锁续期没有得到确认，已视为锁丢失并通知处理器停止；不重试。\nThe job lock renewal was not confirmed: the lock counts as lost, the handler was told to stop, and the attempt is not retried.";
 pub(crate) const JOB_DELETED: &str =

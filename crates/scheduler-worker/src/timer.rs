@@ -32,6 +32,10 @@ pub struct Armed {
     /// How long after each fire time this instance claims it (0 for the
     /// job's primary owner, later for its backup).
     pub delay: Duration,
+    /// How long before each fire's start this instance claims it (the
+    /// primary of a job whose fires can be claimed ahead, `crate::ahead`;
+    /// zero otherwise).
+    pub ahead: Duration,
 }
 
 /// One fire that is due.
@@ -63,9 +67,11 @@ pub struct Timers {
 }
 
 /// The instant a fire time wakes this instance up: its start (the nominal
-/// time plus the job's jitter), plus this instance's backup delay.
+/// time plus the job's jitter), plus this instance's backup delay, less
+/// how far ahead it claims.
 fn wake_at(armed: &Armed, at: DateTime<Utc>) -> DateTime<Utc> {
-    armed.start_at(at) + chrono::Duration::from_std(armed.delay).unwrap_or(chrono::Duration::zero())
+    let span = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::zero());
+    armed.start_at(at) + span(armed.delay) - span(armed.ahead)
 }
 
 impl Timers {
@@ -188,6 +194,7 @@ mod tests {
             allow_concurrent: false,
             waits: false,
             delay: Duration::ZERO,
+            ahead: Duration::ZERO,
         }
     }
 
@@ -304,6 +311,30 @@ mod tests {
             [
                 (t("2026-11-29T10:00:01Z"), t("2026-11-29T10:00:01.400Z")),
                 (t("2026-11-29T10:00:02Z"), t("2026-11-29T10:00:02.400Z")),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_primary_claiming_ahead_wakes_up_that_early_with_the_nominal_time() {
+        let clock = TokioClock::starting_at(t("2026-11-29T10:00:00.700Z"));
+        let mut timers = Timers::new();
+        let ahead = Armed {
+            ahead: Duration::from_millis(500),
+            ..armed(1, "* * * * * *")
+        };
+        timers.arm(ahead, clock.now());
+        // 10:00:01 is already within reach: due at once.
+        assert_eq!(timers.next_wake(), Some(t("2026-11-29T10:00:00.500Z")));
+        let fired = drive(&mut timers, &clock, t("2026-11-29T10:00:02.600Z")).await;
+        let got: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            fired.iter().map(|(d, taken)| (d.at, *taken)).collect();
+        assert_eq!(
+            got,
+            [
+                (t("2026-11-29T10:00:01Z"), t("2026-11-29T10:00:00.700Z")),
+                (t("2026-11-29T10:00:02Z"), t("2026-11-29T10:00:01.500Z")),
+                (t("2026-11-29T10:00:03Z"), t("2026-11-29T10:00:02.500Z")),
             ]
         );
     }

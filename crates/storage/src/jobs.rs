@@ -303,6 +303,9 @@ fn channel_ids(job: i64, raw: Option<&str>) -> Result<Vec<i64>, StorageError> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSchedule {
     pub id: i64,
+    /// Bumped by every change of the job: a fire claimed ahead of its time
+    /// from an older version is taken back and claimed again.
+    pub version: i64,
     pub enabled: bool,
     /// The stored text: the engine parses each distinct expression once
     /// and shares it between the jobs that use it.
@@ -354,6 +357,7 @@ fn time_rules_of(id: i64, r: StoredRules) -> Result<TimeRules, StorageError> {
 #[derive(sea_orm::FromQueryResult)]
 struct ScheduleRow {
     id: i64,
+    version: i64,
     enabled: bool,
     cron: String,
     timezone: Option<String>,
@@ -386,6 +390,7 @@ fn schedule_of(row: ScheduleRow) -> Result<JobSchedule, StorageError> {
     )?;
     Ok(JobSchedule {
         id: row.id,
+        version: row.version,
         enabled: row.enabled,
         timezone: zone_of(row.id, row.timezone.as_deref())?,
         overlap_policy: overlap_of(row.id, &row.overlap_policy)?,
@@ -402,6 +407,7 @@ fn schedule_query() -> sea_orm::Select<job::Entity> {
     job::Entity::find()
         .select_only()
         .column(Column::Id)
+        .column(Column::Version)
         .column(Column::Enabled)
         .column(Column::Cron)
         .column(Column::Timezone)

@@ -298,7 +298,7 @@ impl Metrics {
     fn register(&self, r: &mut Registry, now_ms: i64) {
         r.register(
             "fires",
-            "Fire times by trigger (schedule, misfire, manual, backfill) and what their claim decided: claimed, lost_race (another instance recorded it), stale (the job changed), gap (earlier times caught up first), skipped_overlap, skipped_misfire, skipped_overloaded, failed (job deleted)",
+            "Fire times by trigger (schedule, misfire, manual, backfill) and what their claim decided: claimed, lost_race (another instance recorded it), stale (the job changed), gap (earlier times caught up first), skipped_overlap, skipped_misfire, skipped_overloaded, failed (job deleted), withdrawn (claimed ahead, taken back before its time)",
             self.fires.clone(),
         );
         r.register_with_unit(

@@ -29,6 +29,10 @@ pub struct FirstRun {
     pub status: RunStatus,
     pub output: String,
     pub error: String,
+    /// When a run claimed ahead of its time is to start: its `started_at`
+    /// until the run's end writes when it really started. `None` (or a
+    /// time already past): the claim's own time.
+    pub starts_at: Option<DateTime<Utc>>,
 }
 
 impl FirstRun {
@@ -37,6 +41,7 @@ impl FirstRun {
             status: RunStatus::Running,
             output: String::new(),
             error: String::new(),
+            starts_at: None,
         }
     }
 
@@ -45,6 +50,25 @@ impl FirstRun {
             status: RunStatus::Skipped,
             output: output.into(),
             error: String::new(),
+            starts_at: None,
+        }
+    }
+
+    /// The same first run, to start at `at` (a fire claimed ahead).
+    pub fn starting_at(self, at: DateTime<Utc>) -> FirstRun {
+        FirstRun {
+            starts_at: Some(at),
+            ..self
+        }
+    }
+
+    /// The `started_at` of a run written with this status at `now`: a run
+    /// claimed ahead starts at its time, anything decided at the claim
+    /// (a skip, a failure) then and there.
+    pub(super) fn started_at(&self, status: RunStatus, now: i64) -> i64 {
+        match self.starts_at {
+            Some(at) if status == RunStatus::Running => to_millis(at).max(now),
+            _ => now,
         }
     }
 }
@@ -483,6 +507,8 @@ pub(super) async fn record_first_runs(
             let guarded: Vec<i64> = taken
                 .iter()
                 .filter(|t| firsts[t.index].status == RunStatus::Running)
+                // A fire claimed ahead meets the overlap rule at its time.
+                .filter(|t| firsts[t.index].starts_at.is_none())
                 // Jobs whose fires wait their turn (`queue_one`,
                 // `replace`) are claimed running; the fire waits.
                 .filter(|t| {
@@ -550,15 +576,22 @@ fn first_run(
             String::new(),
             ctx.job_deleted.to_string(),
         ),
-        Some(_) if asked.status == RunStatus::Running && busy.contains(&t.job_id) => (
-            RunStatus::Skipped,
-            ctx.running_elsewhere.unwrap_or_default().to_string(),
-            String::new(),
-        ),
+        Some(_)
+            if asked.status == RunStatus::Running
+                && asked.starts_at.is_none()
+                && busy.contains(&t.job_id) =>
+        {
+            (
+                RunStatus::Skipped,
+                ctx.running_elsewhere.unwrap_or_default().to_string(),
+                String::new(),
+            )
+        }
         Some(_) => (asked.status, asked.output.clone(), asked.error.clone()),
     };
     let now = to_millis(ctx.now);
     let finished = status != RunStatus::Running;
+    let started = asked.started_at(status, now);
     let model = run::ActiveModel {
         id: NotSet,
         fire_id: Set(t.fire_id),
@@ -571,7 +604,7 @@ fn first_run(
         scheduled_at: Set(t.scheduled_at),
         attempt: Set(1),
         status: Set(status.as_str().to_string()),
-        started_at: Set(now),
+        started_at: Set(started),
         finished_at: Set(finished.then_some(now)),
         duration_ms: Set(finished.then_some(0)),
         instance: Set(ctx.instance.to_string()),

@@ -76,6 +76,7 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                 Value::from(c.first.status.as_str()),
                 Value::from(storable(&c.first.output).into_owned()),
                 Value::from(storable(&c.first.error).into_owned()),
+                Value::from(c.first.starts_at.map(to_millis)),
             ]
         })
         .collect();
@@ -85,7 +86,7 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
             .rows(
                 &[
                     "job_id", "trig", "first_at", "at", "after", "armed", "status", "output",
-                    "error",
+                    "error", "starts_at",
                 ],
                 rows,
                 "",
@@ -127,10 +128,14 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                  r AS (INSERT INTO runs (fire_id, job_id, job_name, handler, \"trigger\", scheduled_at, \
                    attempt, status, started_at, finished_at, duration_ms, instance, output, error, \
                    swept_at, deleted_at) \
-                 SELECT f.id, f.job_id, j.name, j.handler, u.trig, f.scheduled_at, 1, s.status, ",
+                 SELECT f.id, f.job_id, j.name, j.handler, u.trig, f.scheduled_at, 1, s.status, \
+                 CASE WHEN s.status = 'running' THEN GREATEST(COALESCE(u.starts_at, 0), ",
             )
             .param(now)
-            .push(", CASE WHEN s.status = 'running' THEN NULL ELSE ")
+            // A run claimed ahead starts at its time (`FirstRun::started_at`).
+            .push(") ELSE ")
+            .param(now)
+            .push(" END, CASE WHEN s.status = 'running' THEN NULL ELSE ")
             .param(now)
             .push(" END, CASE WHEN s.status = 'running' THEN NULL ELSE 0 END, ")
             .param(ctx.instance)
@@ -138,7 +143,7 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                 ", s.output, u.error, NULL, NULL \
                  FROM f JOIN jobs j ON j.id = f.job_id JOIN u ON u.job_id = f.job_id \
                  CROSS JOIN LATERAL (SELECT \
-                   (u.status = 'running' AND NOT j.allow_concurrent \
+                   (u.status = 'running' AND u.starts_at IS NULL AND NOT j.allow_concurrent \
                     AND j.overlap_policy NOT IN ('queue_one', 'replace') \
                     AND EXISTS (SELECT 1 FROM busy b WHERE b.job_id = f.job_id)) AS elsewhere) e \
                  CROSS JOIN LATERAL (SELECT \

@@ -63,6 +63,7 @@ impl FireRepo<'_> {
                         Value::from(storable(&end.output).into_owned()),
                         Value::from(storable(&end.error).into_owned()),
                         Value::from(end.trace_id.clone()),
+                        Value::from(end.started_at.map(to_millis)),
                     ]
                 })
                 .collect();
@@ -70,7 +71,8 @@ impl FireRepo<'_> {
             sql.push(
                 "UPDATE runs SET status = u.status, finished_at = u.finished_at, \
                  duration_ms = u.duration_ms, output = u.output, error = u.error, \
-                 trace_id = COALESCE(u.trace_id, runs.trace_id) FROM ",
+                 trace_id = COALESCE(u.trace_id, runs.trace_id), \
+                 started_at = COALESCE(u.started_at, runs.started_at) FROM ",
             )
             .rows(
                 &[
@@ -81,6 +83,7 @@ impl FireRepo<'_> {
                     "output",
                     "error",
                     "trace_id",
+                    "started_at",
                 ],
                 rows,
                 "u",
@@ -137,6 +140,14 @@ impl FireRepo<'_> {
                     sea_orm::sea_query::Func::coalesce([
                         sea_orm::sea_query::Expr::val(end.trace_id.clone()),
                         sea_orm::sea_query::Expr::col(run::Column::TraceId),
+                    ])
+                    .into(),
+                )
+                .col_expr(
+                    run::Column::StartedAt,
+                    sea_orm::sea_query::Func::coalesce([
+                        sea_orm::sea_query::Expr::val(end.started_at.map(to_millis)),
+                        sea_orm::sea_query::Expr::col(run::Column::StartedAt),
                     ])
                     .into(),
                 )

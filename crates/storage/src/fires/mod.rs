@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::ActiveValue::{NotSet, Set};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect,
+    QuerySelect, TransactionTrait,
 };
 
 use crate::entity::{fire, run};
@@ -74,6 +74,9 @@ pub struct RunEnd {
     pub error: String,
     /// The trace the attempt ran in (sampled traces only); kept when `None`.
     pub trace_id: Option<String>,
+    /// When the attempt really started, for a run claimed ahead of its
+    /// time (whose row holds the planned start); kept when `None`.
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// A fire waiting for an instance ("run once" requests).
@@ -355,6 +358,46 @@ impl FireRepo<'_> {
             .exec(db)
             .await?;
         Ok(ids)
+    }
+
+    /// Takes back a fire claimed ahead of its time that never started (its
+    /// job changed before the time came, or the process is stopping): the
+    /// record and its first run are deleted in one transaction, so the
+    /// time is unclaimed again and whoever claims it next decides it
+    /// afresh. Only a fire this instance holds whose first run is still
+    /// `running` and untouched by a sweep goes; `false` (nothing deleted)
+    /// when there is no such fire.
+    pub async fn withdraw(
+        &self,
+        fire_id: i64,
+        run_id: i64,
+        instance: &str,
+    ) -> Result<bool, StorageError> {
+        let txn = self.store.connection().begin().await?;
+        let runs = run::Entity::delete_many()
+            .filter(run::Column::Id.eq(run_id))
+            .filter(run::Column::FireId.eq(fire_id))
+            .filter(run::Column::Attempt.eq(1))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::SweptAt.is_null())
+            .exec(&txn)
+            .await?;
+        if runs.rows_affected != 1 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        let fires = fire::Entity::delete_many()
+            .filter(fire::Column::Id.eq(fire_id))
+            .filter(fire::Column::Lane.eq(LANE_SCHEDULE))
+            .filter(fire::Column::ClaimedBy.eq(instance))
+            .exec(&txn)
+            .await?;
+        if fires.rows_affected != 1 {
+            txn.rollback().await?;
+            return Ok(false);
+        }
+        txn.commit().await?;
+        Ok(true)
     }
 
     /// A run that waited its turn starts now: its `started_at` moves here.

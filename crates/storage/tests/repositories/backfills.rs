@@ -60,6 +60,7 @@ async fn end(store: &Store, run: i64) {
                 output: String::new(),
                 error: String::new(),
                 trace_id: None,
+                started_at: None,
             },
         )
         .await

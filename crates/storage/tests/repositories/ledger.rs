@@ -22,6 +22,7 @@ scenarios!(
     ledger_a_job_running_elsewhere_is_skipped,
     ledger_text_with_nul_is_stored,
     ledger_old_records_are_purged_but_each_tip_stays,
+    ledger_a_fire_claimed_ahead_starts_at_its_time_or_is_taken_back,
 );
 
 /// `n` seconds after 2025-11-24T16:00:00Z; jobs are created at
@@ -417,6 +418,7 @@ fn end(status: RunStatus, output: &str) -> RunEnd {
         output: output.to_string(),
         error: String::new(),
         trace_id: None,
+        started_at: None,
     }
 }
 
@@ -623,4 +625,118 @@ async fn ledger_old_records_are_purged_but_each_tip_stays(store: Store) {
     );
     // The chain goes on from the kept tip.
     assert_eq!(kind(&claim_one(&store, timer(&a, 4), "w").await), "claimed");
+}
+
+async fn run_row(store: &Store, id: i64) -> Option<run::Model> {
+    run::Entity::find_by_id(id)
+        .one(store.connection())
+        .await
+        .unwrap()
+}
+
+/// A fire claimed ahead of its time: its run is written `running` with the
+/// planned start (a skip decided at the claim keeps the claim's time), the
+/// "running elsewhere" check waits for its time, its end writes the real
+/// start, and a fire not yet started can be taken back — only by the
+/// instance holding it, only while its first run is open — leaving the
+/// time unclaimed for the next claim.
+async fn ledger_a_fire_claimed_ahead_starts_at_its_time_or_is_taken_back(store: Store) {
+    let serial = job(&store, "ahead").await;
+    let other = job(&store, "ahead-2").await;
+    assert_eq!(
+        kind(&claim_one(&store, timer(&serial, 1), "w1").await),
+        "claimed"
+    );
+    // Claimed at s(100) for s(100.4), while second 1 still runs: running
+    // (the overlap rule is met at the time), started as planned.
+    let planned = s(100) + chrono::Duration::milliseconds(400);
+    let ahead = |job: &JobRecord, n: i64| TimeClaim {
+        first: FirstRun::running().starting_at(planned),
+        ..timer(job, n)
+    };
+    let guarded = ClaimContext {
+        running_elsewhere: Some("busy elsewhere"),
+        ..ctx("w1")
+    };
+    let skipped_ahead = TimeClaim {
+        first: FirstRun::skipped("decided now").starting_at(planned),
+        ..timer(&other, 1)
+    };
+    let outcomes = store
+        .fires()
+        .claim_times(&[ahead(&serial, 2), skipped_ahead], &guarded)
+        .await
+        .unwrap();
+    let claimed: Vec<(i64, i64, RunStatus)> = outcomes
+        .iter()
+        .map(|o| match o {
+            ClaimOutcome::Claimed(c) => (c.fire_id, c.run_id, c.status),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(claimed[0].2, RunStatus::Running);
+    assert_eq!(claimed[1].2, RunStatus::Skipped);
+    let (fire_id, run_id, _) = claimed[0];
+    let row = run_row(&store, run_id).await.unwrap();
+    assert_eq!((row.started_at, row.finished_at), (to_ms(planned), None));
+    let skip = run_row(&store, claimed[1].1).await.unwrap();
+    assert_eq!(
+        (skip.started_at, skip.finished_at),
+        (to_ms(s(100)), Some(to_ms(s(100))))
+    );
+
+    // Only the holder takes it back, and only once.
+    assert!(!store.fires().withdraw(fire_id, run_id, "w2").await.unwrap());
+    assert!(store.fires().withdraw(fire_id, run_id, "w1").await.unwrap());
+    assert!(!store.fires().withdraw(fire_id, run_id, "w1").await.unwrap());
+    assert!(run_row(&store, run_id).await.is_none());
+    assert_eq!(schedule_rows(&store, serial.id).await.len(), 1);
+    // The time is free again: claimed afresh, this time to its end, which
+    // writes when it really started.
+    let ClaimOutcome::Claimed(again) = store
+        .fires()
+        .claim_times(&[ahead(&serial, 2)], &ctx("w1"))
+        .await
+        .unwrap()
+        .remove(0)
+    else {
+        panic!("second 2 was not claimed again");
+    };
+    let real = planned + chrono::Duration::milliseconds(7);
+    let written = store
+        .fires()
+        .finish_run(
+            again.run_id,
+            &RunEnd {
+                started_at: Some(real),
+                ..end(RunStatus::Success, "ran")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(written, EndWritten::Recorded);
+    let row = run_row(&store, again.run_id).await.unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.started_at),
+        ("success", to_ms(real))
+    );
+    // A closed run is not taken back.
+    assert!(
+        !store
+            .fires()
+            .withdraw(again.fire_id, again.run_id, "w1")
+            .await
+            .unwrap()
+    );
+    // An end without a real start keeps the one written at the claim.
+    let ClaimOutcome::Claimed(third) = claim_one(&store, timer(&serial, 3), "w1").await else {
+        panic!("second 3 was not claimed");
+    };
+    store
+        .fires()
+        .finish_run(third.run_id, &end(RunStatus::Success, "ran"))
+        .await
+        .unwrap();
+    let row = run_row(&store, third.run_id).await.unwrap();
+    assert_eq!(row.started_at, to_ms(s(100)));
 }

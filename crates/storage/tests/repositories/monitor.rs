@@ -51,6 +51,7 @@ fn end(status: RunStatus, at: DateTime<Utc>, trace_id: Option<&str>) -> RunEnd {
         output: String::new(),
         error: String::new(),
         trace_id: trace_id.map(str::to_string),
+        started_at: None,
     }
 }
 

@@ -78,6 +78,7 @@ async fn cancel_requests_are_stored_once_and_found_by_their_instance(store: Stor
         output: String::new(),
         error: "Cancelled by alice".into(),
         trace_id: None,
+        started_at: None,
     };
     store.fires().finish_run(a, &end).await.unwrap();
     let done = runs.request_cancel(a, "bob", now()).await.unwrap();

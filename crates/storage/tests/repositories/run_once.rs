@@ -221,6 +221,7 @@ async fn run_once_callbacks_read_the_last_attempt_and_wait_for_a_secret(store: S
         output: String::new(),
         error: error.into(),
         trace_id: None,
+        started_at: None,
     };
     store
         .fires()
