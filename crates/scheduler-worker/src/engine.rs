@@ -937,18 +937,16 @@ impl Loop {
         };
         let tz = self.shared.zone_of(schedule.timezone);
         let built = schedules::build(schedule.id, cron, tz, &schedule.time_rules, calendars)?;
+        let waits = matches!(
+            schedule.overlap_policy,
+            OverlapPolicy::QueueOne | OverlapPolicy::Replace
+        );
         Some(Known {
             schedule_from: schedule.schedule_from,
             schedule: Arc::new(built),
             allow_concurrent: schedule.allow_concurrent,
-            waits: matches!(
-                schedule.overlap_policy,
-                OverlapPolicy::QueueOne | OverlapPolicy::Replace
-            ),
-            claims_ahead: !matches!(
-                schedule.overlap_policy,
-                OverlapPolicy::QueueOne | OverlapPolicy::Replace
-            ) && schedule.time_rules.max_runs.is_none(),
+            waits,
+            claims_ahead: !waits && schedule.time_rules.max_runs.is_none(),
             group: schedule.group.clone(),
             handler: schedule.handler.clone(),
         })
