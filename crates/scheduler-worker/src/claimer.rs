@@ -929,6 +929,7 @@ impl Claimer {
                 slot,
                 lock: None,
                 ahead,
+                busy_at_claim: claimed.busy,
                 _permit: permit,
             };
             let span = crate::observe::fire_span(&fire).await;

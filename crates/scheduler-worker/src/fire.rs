@@ -64,6 +64,10 @@ pub(crate) struct Fire {
     /// Set for a fire claimed ahead of its time, until that time
     /// (`crate::ahead`).
     pub ahead: Option<Hold>,
+    /// The job had a run `running` somewhere when this fire was claimed
+    /// (in a cluster): claimed ahead, the fire asks the ledger again at
+    /// its time whether that run has ended.
+    pub busy_at_claim: bool,
     /// Held for its drop: a place among the fires in flight.
     pub _permit: OwnedSemaphorePermit,
 }
@@ -223,7 +227,13 @@ impl Fire {
                 self.slot = self.shared.slots.try_take(self.job.id);
             }
             let overlaps = !self.job.allow_concurrent && self.slot.is_none();
-            crate::observe::decided_at_time(overlaps);
+            let elsewhere = !overlaps && self.runs_elsewhere().await;
+            crate::observe::decided_at_time(overlaps || elsewhere);
+            if elsewhere {
+                return self
+                    .end_at_once(RunStatus::Skipped, texts::SKIP_ELSEWHERE, "")
+                    .await;
+            }
         }
         let (handler, params) = match self.runnable() {
             Ok(ready) => ready,
@@ -508,6 +518,33 @@ impl Fire {
 
     /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
     /// is how the claimed run must end instead.
+    /// For a fire claimed ahead, at its time: the ledger still shows an
+    /// earlier run of its non-concurrent job `running` (another instance's,
+    /// or a crashed one's not yet closed), which the claim found then and a
+    /// claim at this time would have skipped for. The job lock alone would
+    /// not: Redis may have lost it. Asked only when the claim found one, so
+    /// a job that ran alone then costs nothing here; a database that cannot
+    /// answer leaves the decision to the lock.
+    async fn runs_elsewhere(&self) -> bool {
+        if !self.busy_at_claim || self.job.allow_concurrent || self.shared.config.cluster.is_none()
+        {
+            return false;
+        }
+        match self
+            .shared
+            .store
+            .fires()
+            .running_before(self.job.id, self.run_id)
+            .await
+        {
+            Ok(running) => running > 0,
+            Err(e) => {
+                tracing::warn!(job = self.job.id, error = %e, "cannot check for a run elsewhere");
+                false
+            }
+        }
+    }
+
     async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
         let Some(cluster) = &self.shared.config.cluster else {
             return Ok(());

@@ -126,6 +126,10 @@ pub struct Claimed {
     pub status: RunStatus,
     /// The job as it was at the claim; `None` when it was deleted.
     pub job: Option<JobRecord>,
+    /// The job had a run `running` at the claim (looked up only with
+    /// [`ClaimContext::running_elsewhere`]). A fire claimed ahead is not
+    /// skipped for it then: it checks the ledger again at its time.
+    pub busy: bool,
 }
 
 /// What became of one claim.
@@ -507,8 +511,6 @@ pub(super) async fn record_first_runs(
             let guarded: Vec<i64> = taken
                 .iter()
                 .filter(|t| firsts[t.index].status == RunStatus::Running)
-                // A fire claimed ahead meets the overlap rule at its time.
-                .filter(|t| firsts[t.index].starts_at.is_none())
                 // Jobs whose fires wait their turn (`queue_one`,
                 // `replace`) are claimed running; the fire waits.
                 .filter(|t| {
@@ -555,6 +557,7 @@ pub(super) async fn record_first_runs(
                 scheduled_at: from_millis(t.scheduled_at)?,
                 status,
                 job: jobs.get(&t.job_id).cloned(),
+                busy: busy.contains(&t.job_id),
             },
         );
     }

@@ -52,6 +52,7 @@ impl FireRepo<'_> {
                     status: RunStatus::parse(&status)
                         .ok_or_else(|| StorageError::Corrupt(format!("run status {status:?}")))?,
                     job: Some(record),
+                    busy: row.try_get("", "busy")?,
                 },
             );
         }
@@ -60,8 +61,8 @@ impl FireRepo<'_> {
 }
 
 /// The one statement of a batch: the claims as rows `u`, the chain check
-/// `c`, the fires inserted `f`, the jobs already running elsewhere `busy`,
-/// the first runs `r`, and the job rows to run with.
+/// `c`, the fires inserted `f`, the jobs already running elsewhere `busy`
+/// (returned too), the first runs `r`, and the job rows to run with.
 fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
     let rows = claims
         .iter()
@@ -154,7 +155,8 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
             .push(
                 " ELSE u.output END AS output) s \
                  RETURNING id, fire_id, job_id, status) \
-                 SELECT r.id AS run_id, r.fire_id AS fire_id, r.status AS run_status, j.* \
+                 SELECT r.id AS run_id, r.fire_id AS fire_id, r.status AS run_status, \
+                 EXISTS (SELECT 1 FROM busy b WHERE b.job_id = r.job_id) AS busy, j.* \
                  FROM r JOIN jobs j ON j.id = r.job_id",
             );
     sql
