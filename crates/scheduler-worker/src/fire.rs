@@ -519,8 +519,9 @@ impl Fire {
     /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
     /// is how the claimed run must end instead.
     /// For a fire claimed ahead, at its time: the ledger still shows an
-    /// earlier run of its non-concurrent job `running` (another instance's,
-    /// or a crashed one's not yet closed), which the claim found then and a
+    /// earlier run of its non-concurrent job `running` on another instance
+    /// (or a crashed one's not yet closed; this instance's own are its
+    /// slot's business), which the claim found then and a
     /// claim at this time would have skipped for. The job lock alone would
     /// not: Redis may have lost it. Asked only when the claim found one, so
     /// a job that ran alone then costs nothing here; a database that cannot
@@ -534,7 +535,7 @@ impl Fire {
             .shared
             .store
             .fires()
-            .running_before(self.job.id, self.run_id)
+            .running_elsewhere_before(self.job.id, self.run_id, &self.shared.config.instance)
             .await
         {
             Ok(running) => running > 0,

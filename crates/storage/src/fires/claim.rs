@@ -107,8 +107,9 @@ pub struct ManualClaim {
 pub struct ClaimContext<'a> {
     pub instance: &'a str,
     pub now: DateTime<Utc>,
-    /// When set, a non-concurrent job that already has a run `running`
-    /// anywhere is recorded `skipped` with this output instead.
+    /// When set, a non-concurrent job that already has a run `running` on
+    /// another instance is recorded `skipped` with this output instead
+    /// (this instance's own runs are its local slots' business).
     pub running_elsewhere: Option<&'a str>,
     /// The error of a run-once request whose job was deleted meanwhile.
     pub job_deleted: &'a str,
@@ -126,7 +127,7 @@ pub struct Claimed {
     pub status: RunStatus,
     /// The job as it was at the claim; `None` when it was deleted.
     pub job: Option<JobRecord>,
-    /// The job had a run `running` at the claim (looked up only with
+    /// The job had a run `running` on another instance at the claim (looked up only with
     /// [`ClaimContext::running_elsewhere`]). A fire claimed ahead is not
     /// skipped for it then: it checks the ledger again at its time.
     pub busy: bool,
@@ -519,7 +520,7 @@ pub(super) async fn record_first_runs(
                 })
                 .map(|t| t.job_id)
                 .collect();
-            running_jobs(txn, &guarded).await?
+            running_jobs(txn, &guarded, ctx.instance).await?
         }
         None => HashSet::new(),
     };
@@ -626,6 +627,7 @@ fn first_run(
 async fn running_jobs<C: ConnectionTrait>(
     db: &C,
     ids: &[i64],
+    instance: &str,
 ) -> Result<HashSet<i64>, StorageError> {
     if ids.is_empty() {
         return Ok(HashSet::new());
@@ -636,6 +638,9 @@ async fn running_jobs<C: ConnectionTrait>(
         .distinct()
         .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
         .filter(run::Column::JobId.is_in(ids.iter().copied()))
+        // This instance's own runs hold its local slots, which decided
+        // before the claim; its record of an end may still be on its way.
+        .filter(run::Column::Instance.ne(instance))
         .into_tuple()
         .all(db)
         .await?;

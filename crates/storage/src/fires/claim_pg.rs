@@ -121,8 +121,10 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                 " AND p.scheduled_at = c.prev) ORDER BY c.job_id \
                  ON CONFLICT DO NOTHING RETURNING id, job_id, scheduled_at), \
                  busy AS (SELECT DISTINCT r.job_id FROM runs r \
-                   WHERE r.status = 'running' AND ",
+                   WHERE r.status = 'running' AND r.instance <> ",
             )
+            .param(ctx.instance)
+            .push(" AND ")
             .param(ctx.running_elsewhere.is_some())
             .push(
                 " AND r.job_id IN (SELECT job_id FROM f)), \

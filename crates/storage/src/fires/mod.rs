@@ -326,6 +326,25 @@ impl FireRepo<'_> {
             .await?)
     }
 
+    /// How many runs of the job other instances have `running` with an id
+    /// below `run_id`: a fire claimed ahead checks at its time for a run
+    /// that went on elsewhere (or of a crashed instance not yet closed).
+    pub async fn running_elsewhere_before(
+        &self,
+        job_id: i64,
+        run_id: i64,
+        instance: &str,
+    ) -> Result<u64, StorageError> {
+        use sea_orm::PaginatorTrait;
+        Ok(run::Entity::find()
+            .filter(run::Column::JobId.eq(job_id))
+            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
+            .filter(run::Column::Id.lt(run_id))
+            .filter(run::Column::Instance.ne(instance))
+            .count(self.store.connection())
+            .await?)
+    }
+
     /// Asks to cancel the job's running runs other than `except` (a fire
     /// that replaces them); answers the runs asked.
     pub async fn cancel_others(

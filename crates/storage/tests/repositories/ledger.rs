@@ -568,6 +568,22 @@ async fn ledger_a_job_running_elsewhere_is_skipped(store: Store) {
         })
         .collect();
     assert_eq!(statuses, [RunStatus::Skipped, RunStatus::Running]);
+    // w1's own run is its slot's business (its end may still be on its
+    // way): not a run elsewhere.
+    let own = ClaimContext {
+        running_elsewhere: Some("busy elsewhere"),
+        ..ctx("w1")
+    };
+    let ClaimOutcome::Claimed(c) = store
+        .fires()
+        .claim_times(&[timer(&serial, 3)], &own)
+        .await
+        .unwrap()
+        .remove(0)
+    else {
+        panic!("second 3 was not claimed");
+    };
+    assert_eq!((c.status, c.busy), (RunStatus::Running, false));
 }
 
 async fn ledger_text_with_nul_is_stored(store: Store) {
@@ -645,10 +661,10 @@ async fn ledger_a_fire_claimed_ahead_starts_at_its_time_or_is_taken_back(store: 
     let serial = job(&store, "ahead").await;
     let other = job(&store, "ahead-2").await;
     assert_eq!(
-        kind(&claim_one(&store, timer(&serial, 1), "w1").await),
+        kind(&claim_one(&store, timer(&serial, 1), "w2").await),
         "claimed"
     );
-    // Claimed at s(100) for s(100.4), while second 1 still runs: running
+    // Claimed at s(100) for s(100.4), while second 1 still runs on w2: running
     // (the overlap rule is met at the time), started as planned.
     let planned = s(100) + chrono::Duration::milliseconds(400);
     let ahead = |job: &JobRecord, n: i64| TimeClaim {
