@@ -262,8 +262,7 @@ impl Harness {
     /// Moves the clock one step, then waits until the engine's database
     /// work has settled.
     async fn step(&self) {
-        tokio::time::advance(STEP).await;
-        self.settle(PATIENCE).await;
+        self.pass_settling(STEP, PATIENCE).await;
     }
 
     /// Waits until the engine's database work has settled: every pooled
@@ -323,20 +322,21 @@ impl Harness {
 
     /// Steps the clock by `by`.
     async fn pass(&self, by: Duration) {
-        let end = tokio::time::Instant::now() + by;
-        while tokio::time::Instant::now() < end {
-            self.step().await;
-        }
+        self.pass_settling(by, PATIENCE).await;
     }
 
     /// Steps the clock by `by` while the test holds the database locked:
     /// the engine's statements wait meanwhile, so each step waits for them
     /// only briefly.
     async fn pass_while_locked(&self, by: Duration) {
+        self.pass_settling(by, Duration::from_millis(20)).await;
+    }
+
+    async fn pass_settling(&self, by: Duration, limit: Duration) {
         let end = tokio::time::Instant::now() + by;
         while tokio::time::Instant::now() < end {
             tokio::time::advance(STEP).await;
-            self.settle(Duration::from_millis(20)).await;
+            self.settle(limit).await;
         }
     }
 

@@ -64,9 +64,9 @@ pub(crate) struct Fire {
     /// Set for a fire claimed ahead of its time, until that time
     /// (`crate::ahead`).
     pub ahead: Option<Hold>,
-    /// The job had a run `running` somewhere when this fire was claimed
-    /// (in a cluster): claimed ahead, the fire asks the ledger again at
-    /// its time whether that run has ended.
+    /// The job had a run `running` on another instance when this fire was
+    /// claimed (`Claimed::busy`): claimed ahead, the fire asks the ledger
+    /// again at its time whether that run has ended.
     pub busy_at_claim: bool,
     /// Held for its drop: a place among the fires in flight.
     pub _permit: OwnedSemaphorePermit,
@@ -427,7 +427,7 @@ impl Fire {
                 }
             }
         } else {
-            match fires.running_before(job_id, self.run_id).await {
+            match fires.running_before(job_id, self.run_id, None).await {
                 // The running fire and one already waiting.
                 Ok(n) if n >= 2 => {
                     return Err((
@@ -516,26 +516,23 @@ impl Fire {
         Ok(())
     }
 
-    /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
-    /// is how the claimed run must end instead.
     /// For a fire claimed ahead, at its time: the ledger still shows an
     /// earlier run of its non-concurrent job `running` on another instance
     /// (or a crashed one's not yet closed; this instance's own are its
-    /// slot's business), which the claim found then and a
-    /// claim at this time would have skipped for. The job lock alone would
-    /// not: Redis may have lost it. Asked only when the claim found one, so
-    /// a job that ran alone then costs nothing here; a database that cannot
-    /// answer leaves the decision to the lock.
+    /// slot's business), which the claim found then and a claim at this
+    /// time would have skipped for. The job lock alone would not: Redis may
+    /// have lost it. Asked only when the claim found one (which it looks
+    /// for only in a cluster), so a job that ran alone then costs nothing
+    /// here; a database that cannot answer leaves the decision to the lock.
     async fn runs_elsewhere(&self) -> bool {
-        if !self.busy_at_claim || self.job.allow_concurrent || self.shared.config.cluster.is_none()
-        {
+        if !self.busy_at_claim || self.job.allow_concurrent {
             return false;
         }
         match self
             .shared
             .store
             .fires()
-            .running_elsewhere_before(self.job.id, self.run_id, &self.shared.config.instance)
+            .running_before(self.job.id, self.run_id, Some(&self.shared.config.instance))
             .await
         {
             Ok(running) => running > 0,
@@ -546,6 +543,8 @@ impl Fire {
         }
     }
 
+    /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
+    /// is how the claimed run must end instead.
     async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
         let Some(cluster) = &self.shared.config.cluster else {
             return Ok(());

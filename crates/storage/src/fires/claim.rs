@@ -127,9 +127,10 @@ pub struct Claimed {
     pub status: RunStatus,
     /// The job as it was at the claim; `None` when it was deleted.
     pub job: Option<JobRecord>,
-    /// The job had a run `running` on another instance at the claim (looked up only with
-    /// [`ClaimContext::running_elsewhere`]). A fire claimed ahead is not
-    /// skipped for it then: it checks the ledger again at its time.
+    /// The job had a run `running` on another instance at the claim
+    /// (looked up only with [`ClaimContext::running_elsewhere`]). A fire
+    /// claimed ahead is not skipped for it then: it checks the ledger
+    /// again at its time.
     pub busy: bool,
 }
 

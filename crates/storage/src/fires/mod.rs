@@ -314,35 +314,26 @@ impl FireRepo<'_> {
         Ok(out)
     }
 
-    /// How many runs of the job are `running` with an id below `run_id`
-    /// (the running one, and any fire waiting its turn before this one).
-    pub async fn running_before(&self, job_id: i64, run_id: i64) -> Result<u64, StorageError> {
-        use sea_orm::PaginatorTrait;
-        Ok(run::Entity::find()
-            .filter(run::Column::JobId.eq(job_id))
-            .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
-            .filter(run::Column::Id.lt(run_id))
-            .count(self.store.connection())
-            .await?)
-    }
-
-    /// How many runs of the job other instances have `running` with an id
-    /// below `run_id`: a fire claimed ahead checks at its time for a run
-    /// that went on elsewhere (or of a crashed instance not yet closed).
-    pub async fn running_elsewhere_before(
+    /// How many runs of the job are `running` with an id below `run_id`:
+    /// the running one, and any fire waiting its turn before this one; with
+    /// `elsewhere_than`, only other instances' (a fire claimed ahead asks at
+    /// its time for a run going on elsewhere, or a crashed instance's not
+    /// yet closed).
+    pub async fn running_before(
         &self,
         job_id: i64,
         run_id: i64,
-        instance: &str,
+        elsewhere_than: Option<&str>,
     ) -> Result<u64, StorageError> {
         use sea_orm::PaginatorTrait;
-        Ok(run::Entity::find()
+        let mut query = run::Entity::find()
             .filter(run::Column::JobId.eq(job_id))
             .filter(run::Column::Status.eq(RunStatus::Running.as_str()))
-            .filter(run::Column::Id.lt(run_id))
-            .filter(run::Column::Instance.ne(instance))
-            .count(self.store.connection())
-            .await?)
+            .filter(run::Column::Id.lt(run_id));
+        if let Some(instance) = elsewhere_than {
+            query = query.filter(run::Column::Instance.ne(instance));
+        }
+        Ok(query.count(self.store.connection()).await?)
     }
 
     /// Asks to cancel the job's running runs other than `except` (a fire
