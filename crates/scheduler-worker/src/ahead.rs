@@ -13,8 +13,9 @@
 //!   the job as it is now, or not at all;
 //! - a freeze window that now holds the time: taken back the same way (the
 //!   loop then records the window as usual);
-//! - the overlap rule: a fire claimed while its job's slot was taken waits
-//!   for its instant before it looks at the slot again;
+//! - the overlap rule: a fire takes its job's slot (and, in a cluster, its
+//!   lock) while it waits if they are free then; one claimed while they
+//!   were taken waits for its instant before it looks at them again;
 //! - a shutdown before the instant: taken back, so the next owner (the
 //!   backup, or this process after its restart) decides the time.
 //!

@@ -131,13 +131,51 @@ impl Clock for DbClock {
 }
 
 /// Measures this machine's clock against the database's: local minus
-/// database, with the query's round trip split evenly.
-async fn measure_skew(store: &Store) -> Result<i64, WorkerError> {
+/// database, with the query's round trip split evenly; answers the skew
+/// and the round trip (ms), which bounds the skew's error.
+async fn measure_skew(store: &Store) -> Result<Sample, WorkerError> {
     let before = Utc::now();
     let db = store.cluster().database_now().await?;
     let after = Utc::now();
     let midpoint = before + (after - before) / 2;
-    Ok((midpoint - db).num_milliseconds())
+    Ok(Sample {
+        skew_ms: (midpoint - db).num_milliseconds(),
+        round_trip_ms: (after - before).num_milliseconds(),
+    })
+}
+
+/// One skew measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sample {
+    pub skew_ms: i64,
+    pub round_trip_ms: i64,
+}
+
+/// How many beats' samples the skew estimate looks at.
+const SKEW_SAMPLES: usize = 8;
+
+/// The skew estimate: the sample with the shortest round trip among the
+/// last few beats. On a loaded machine a slow answer splits unevenly
+/// (tens of ms), and taking each sample as it came made the clock jump
+/// between beats: a fire then started or ended early by its own clock.
+/// A real clock step is still followed within [`SKEW_SAMPLES`] beats.
+#[derive(Debug, Default)]
+pub(crate) struct SkewFilter {
+    samples: std::collections::VecDeque<Sample>,
+}
+
+impl SkewFilter {
+    /// Adds a sample; answers the estimate.
+    pub(crate) fn add(&mut self, sample: Sample) -> i64 {
+        if self.samples.len() == SKEW_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+        self.samples
+            .iter()
+            .min_by_key(|s| s.round_trip_ms)
+            .map_or(sample.skew_ms, |s| s.skew_ms)
+    }
 }
 
 /// Everything the heart-beat loop needs.
@@ -155,8 +193,9 @@ pub(crate) struct Heartbeat {
 pub(crate) async fn heartbeat_loop(hb: Heartbeat, mut shutdown: watch::Receiver<bool>) {
     let started = Utc::now();
     let mut sight = Sight::default();
+    let mut skews = SkewFilter::default();
     loop {
-        match beat(&hb, started, &sight).await {
+        match beat(&hb, started, &sight, &mut skews).await {
             Ok(now) => {
                 sight.saw(now, hb.config.heartbeat_every);
                 let live = hb.membership.borrow().live.len();
@@ -213,9 +252,10 @@ async fn beat(
     hb: &Heartbeat,
     started: DateTime<Utc>,
     sight: &Sight,
+    skews: &mut SkewFilter,
 ) -> Result<DateTime<Utc>, WorkerError> {
     let (store, config, clock) = (&hb.store, &hb.config, &hb.config.clock);
-    let skew = measure_skew(store).await?;
+    let skew = skews.add(measure_skew(store).await?);
     hb.skew_ms.store(skew, Ordering::Relaxed);
     clock.offset_ms.store(-skew, Ordering::Relaxed);
     let now = clock.now();
@@ -294,6 +334,32 @@ async fn close_lost(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_skew_follows_the_shortest_round_trip_of_the_last_beats() {
+        let sample = |skew_ms, round_trip_ms| Sample {
+            skew_ms,
+            round_trip_ms,
+        };
+        let mut filter = SkewFilter::default();
+        // (sample, estimate after it)
+        let steps = [
+            (sample(3, 4), 3),
+            // A slow, uneven answer does not move the clock.
+            (sample(-45, 90), 3),
+            (sample(1, 2), 1),
+            (sample(20, 30), 1),
+        ];
+        for (at, (s, want)) in steps.into_iter().enumerate() {
+            assert_eq!(filter.add(s), want, "step {at}");
+        }
+        // A real step of the clock wins once the better samples aged out.
+        let mut last = 0;
+        for _ in 0..SKEW_SAMPLES {
+            last = filter.add(sample(500, 5));
+        }
+        assert_eq!(last, 500);
+    }
 
     #[test]
     fn each_job_has_exactly_the_replicas_as_owners() {

@@ -1953,3 +1953,77 @@ async fn a_fire_claimed_ahead_skips_while_a_run_elsewhere_goes_on() {
     .await;
     h.shut_down().await;
 }
+
+/// In a cluster, a fire claimed ahead takes its job's lock while it waits,
+/// when the lock is free then (its time then only has to start it); when
+/// another instance holds the lock at the claim, the fire leaves it alone
+/// and takes it at its time, once freed.
+#[tokio::test(start_paused = true)]
+async fn a_fire_claimed_ahead_takes_its_free_lock_while_it_waits() {
+    let hold = hold_clock().await;
+    let redis = RedisServer::start();
+    let coord = qiwu_coord::Coord::connect(&redis.url())
+        .await
+        .expect("redis");
+    let spec = job("serial", "test.stubborn", "* * * * * *");
+    let (h, ids) = Harness::start(
+        hold,
+        &[spec],
+        chrono::Duration::zero(),
+        Some(ClusterConfig::new(coord.clone())),
+    )
+    .await;
+    let id = ids[0];
+    let key = format!("qiwu:lock:job:{id}");
+    let waiting = claimed_ahead(&h, id).await;
+    let at = waiting.scheduled_at;
+    h.step().await;
+    assert!(ms(h.now()) < at, "still before its time");
+    let holder = redis.cli(&["GET", &key]);
+    assert!(holder.starts_with("test-1#"), "held ahead: {holder:?}");
+    let runs = h
+        .until(id, Duration::from_secs(2), |runs| {
+            runs.iter()
+                .any(|r| r.scheduled_at == at && r.status == "success")
+        })
+        .await;
+    let ran = runs.iter().find(|r| r.scheduled_at == at).expect("the run");
+    assert!(
+        (0..=STEP.as_millis() as i64).contains(&(ran.started_at - at)),
+        "{ran:?}"
+    );
+
+    // Another instance takes the lock once that run has released it, and
+    // holds it across the next claim.
+    let mut other = None;
+    for _ in 0..20 {
+        other = coord
+            .try_lock(id, "test-2", Duration::from_secs(30))
+            .await
+            .expect("redis");
+        if other.is_some() {
+            break;
+        }
+        h.step().await;
+    }
+    let other = other.expect("the lock freed after the run");
+    let waiting = claimed_ahead(&h, id).await;
+    let next = waiting.scheduled_at;
+    h.step().await;
+    assert!(ms(h.now()) < next, "still before its time");
+    let holder = redis.cli(&["GET", &key]);
+    assert!(holder.starts_with("test-2#"), "left alone: {holder:?}");
+    coord.release(&other).await.expect("release");
+    let runs = h
+        .until(id, Duration::from_secs(2), |runs| {
+            runs.iter()
+                .any(|r| r.scheduled_at == next && r.status != "running")
+        })
+        .await;
+    let ran = runs
+        .iter()
+        .find(|r| r.scheduled_at == next)
+        .expect("the run");
+    assert_eq!(ran.status, "success", "taken at its time: {ran:?}");
+    h.shut_down().await;
+}

@@ -206,6 +206,9 @@ impl Fire {
         // Claimed ahead: everything below is judged at the time, as if the
         // claim had come then; the run's real start is written at its end.
         let claimed_ahead = self.ahead.is_some();
+        if claimed_ahead {
+            self.guard_while_waiting().await;
+        }
         match self.wait_for_time(&mut stop).await {
             AtTime::Run => {}
             AtTime::TakenBack => return,
@@ -543,8 +546,47 @@ impl Fire {
         }
     }
 
-    /// In a cluster, a non-concurrent job also needs its Redis lock. `Err`
-    /// is how the claimed run must end instead.
+    /// A fire claimed ahead takes its non-concurrent job's slot and, in a
+    /// cluster, its lock while it waits for its time, when both are free
+    /// now: at a busy instant the fire then only has to start. One still
+    /// held (an earlier run goes on) is looked at again at the time, as if
+    /// the claim had come then; a held slot or lock only keeps other fires
+    /// of the job from starting before this one.
+    async fn guard_while_waiting(&mut self) {
+        if self.job.allow_concurrent || self.job.waits_its_turn() {
+            return;
+        }
+        if self.slot.is_none() {
+            self.slot = self.shared.slots.try_take(self.job.id);
+        }
+        let Some(cluster) = &self.shared.config.cluster else {
+            return;
+        };
+        if self.slot.is_none() || self.lock.is_some() {
+            return;
+        }
+        match LockLease::try_acquire(
+            &cluster.coord,
+            self.job.id,
+            &self.shared.config.instance,
+            cluster.lock_ttl,
+        )
+        .await
+        {
+            Ok(Some(lease)) => {
+                crate::observe::lock_event("lock.acquired", self.job.id, lease.token());
+                self.lock = Some(lease);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(job = self.job.id, error = %e, "job lock not taken ahead; trying at the time");
+            }
+        }
+    }
+
+    /// In a cluster, a non-concurrent job also needs its Redis lock (unless
+    /// it took it while it waited, and still holds it). `Err` is how the
+    /// claimed run must end instead.
     async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
         let Some(cluster) = &self.shared.config.cluster else {
             return Ok(());
@@ -552,6 +594,11 @@ impl Fire {
         if self.job.allow_concurrent {
             return Ok(());
         }
+        if self.lock.as_ref().is_some_and(|lock| !lock.is_lost()) {
+            return Ok(());
+        }
+        // Lost while it waited: it is taken afresh, as at any time.
+        self.lock = None;
         match LockLease::acquire(
             &cluster.coord,
             self.job.id,

@@ -77,28 +77,46 @@ impl LockLease {
         ttl: Duration,
     ) -> Result<Option<LockLease>, CoordError> {
         for wait in [50, 100, 200, 0] {
-            if let Some(lock) = coord.try_lock(job_id, instance, ttl).await? {
-                let (lost_tx, lost) = watch::channel(false);
-                // In the fire's span: renewals and a loss are its events.
-                let renewal = tokio::spawn(tracing::Instrument::in_current_span(renew(
-                    coord.clone(),
-                    lock.clone(),
-                    ttl,
-                    lost_tx,
-                )));
-                return Ok(Some(LockLease {
-                    coord: coord.clone(),
-                    lock,
-                    renewal,
-                    lost,
-                    release: true,
-                }));
+            if let Some(lease) = Self::try_acquire(coord, job_id, instance, ttl).await? {
+                return Ok(Some(lease));
             }
             if wait > 0 {
                 tokio::time::sleep(Duration::from_millis(wait)).await;
             }
         }
         Ok(None)
+    }
+
+    /// Takes the job's lock if it is free now, in one round trip.
+    pub(crate) async fn try_acquire(
+        coord: &Coord,
+        job_id: i64,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<Option<LockLease>, CoordError> {
+        let Some(lock) = coord.try_lock(job_id, instance, ttl).await? else {
+            return Ok(None);
+        };
+        let (lost_tx, lost) = watch::channel(false);
+        // In the fire's span: renewals and a loss are its events.
+        let renewal = tokio::spawn(tracing::Instrument::in_current_span(renew(
+            coord.clone(),
+            lock.clone(),
+            ttl,
+            lost_tx,
+        )));
+        Ok(Some(LockLease {
+            coord: coord.clone(),
+            lock,
+            renewal,
+            lost,
+            release: true,
+        }))
+    }
+
+    /// Whether a renewal already went unconfirmed.
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow()
     }
 
     /// Resolves once a renewal was not confirmed: the lock must count as
