@@ -263,8 +263,11 @@ impl RunRepo<'_> {
             return Ok((Vec::new(), None));
         }
         let mut cond = filter_condition(filter);
+        let mut keys = key_condition(filter);
         if let Some(c) = cursor {
-            cond = cond.add(keyset::after(Column::StartedAt, Column::Id, c.key()));
+            let after = keyset::after(Column::StartedAt, Column::Id, c.key());
+            cond = cond.add(after.clone());
+            keys = keys.map(|k| k.add(after));
         }
         // One row more than asked tells whether another page exists.
         let fetch = limit.saturating_add(1);
@@ -280,7 +283,10 @@ impl RunRepo<'_> {
                 if self.store.backend() == crate::Backend::MySql
                     && ids.len() <= PER_JOB_SEEKS_MAX =>
             {
-                self.seek_each(&cond, &ids, fetch).await?
+                match keys {
+                    Some(keys) => self.seek_keys_first(&cond, keys, &ids, fetch).await?,
+                    None => self.seek_each(&cond, &ids, fetch).await?,
+                }
             }
             Named::Jobs(ids) => self.seek(cond.add(Column::JobId.is_in(ids)), fetch).await?,
             Named::Many => self.seek(cond, fetch).await?,
@@ -311,6 +317,50 @@ impl RunRepo<'_> {
             .await?)
     }
 
+    /// [`RunRepo::seek_each`] in two cheap steps (MySQL): the newest `fetch`
+    /// keys of the jobs' runs meeting `keys` (time range and cursor), each
+    /// job's read from `idx_runs_job_started` alone (InnoDB keeps the id in
+    /// it), then those rows by id with the whole condition. When every one
+    /// of them meets it (no run among them hidden or carrying another name)
+    /// they are the page; otherwise the rows are sought job by job.
+    async fn seek_keys_first(
+        &self,
+        cond: &Condition,
+        keys: Condition,
+        ids: &[i64],
+        fetch: u64,
+    ) -> Result<Vec<run::Model>, StorageError> {
+        use sea_orm::ConnectionTrait;
+        let union = newest_of_each(ids, fetch, |id| {
+            run::Entity::find()
+                .select_only()
+                .column(Column::Id)
+                .column(Column::StartedAt)
+                .filter(keys.clone().add(Column::JobId.eq(id)))
+        });
+        let found = self
+            .store
+            .connection()
+            .query_all_raw(union)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64>("", "id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .seek(
+                cond.clone().add(Column::Id.is_in(found.iter().copied())),
+                fetch,
+            )
+            .await?;
+        if rows.len() == found.len() {
+            return Ok(rows);
+        }
+        self.seek_each(cond, ids, fetch).await
+    }
+
     /// [`RunRepo::seek`] for each job in `ids` (one statement, MySQL): each
     /// job's newest `fetch` runs meeting `cond` through its own index range,
     /// then the newest `fetch` of those.
@@ -320,31 +370,11 @@ impl RunRepo<'_> {
         ids: &[i64],
         fetch: u64,
     ) -> Result<Vec<run::Model>, StorageError> {
-        use sea_orm::QueryTrait;
-        let mut sql = String::new();
-        let mut values = Vec::new();
-        for id in ids {
-            let one = run::Entity::find()
-                .filter(cond.clone().add(Column::JobId.eq(*id)))
-                .order_by_desc(Column::StartedAt)
-                .order_by_desc(Column::Id)
-                .limit(fetch)
-                .build(sea_orm::DbBackend::MySql);
-            if !sql.is_empty() {
-                sql.push_str(" UNION ALL ");
-            }
-            sql.push('(');
-            sql.push_str(&one.sql);
-            sql.push(')');
-            values.extend(one.values.map(|v| v.0).unwrap_or_default());
-        }
-        sql.push_str(&format!(" ORDER BY started_at DESC, id DESC LIMIT {fetch}"));
+        let union = newest_of_each(ids, fetch, |id| {
+            run::Entity::find().filter(cond.clone().add(Column::JobId.eq(id)))
+        });
         Ok(run::Entity::find()
-            .from_raw_sql(sea_orm::Statement::from_sql_and_values(
-                sea_orm::DbBackend::MySql,
-                sql,
-                values,
-            ))
+            .from_raw_sql(union)
             .all(self.store.connection())
             .await?)
     }
@@ -541,6 +571,52 @@ impl RunRepo<'_> {
 }
 
 /// The filter plus "not deleted".
+/// One MySQL statement: for each job in `ids`, the newest `fetch` rows of
+/// `select(job)` by (started_at, id), each through its own index range;
+/// then the newest `fetch` of them all.
+fn newest_of_each(
+    ids: &[i64],
+    fetch: u64,
+    select: impl Fn(i64) -> sea_orm::Select<run::Entity>,
+) -> sea_orm::Statement {
+    use sea_orm::QueryTrait;
+    let mut sql = String::new();
+    let mut values = Vec::new();
+    for id in ids {
+        let one = select(*id)
+            .order_by_desc(Column::StartedAt)
+            .order_by_desc(Column::Id)
+            .limit(fetch)
+            .build(sea_orm::DbBackend::MySql);
+        if !sql.is_empty() {
+            sql.push_str(" UNION ALL ");
+        }
+        sql.push('(');
+        sql.push_str(&one.sql);
+        sql.push(')');
+        values.extend(one.values.map(|v| v.0).unwrap_or_default());
+    }
+    sql.push_str(&format!(" ORDER BY started_at DESC, id DESC LIMIT {fetch}"));
+    sea_orm::Statement::from_sql_and_values(sea_orm::DbBackend::MySql, sql, values)
+}
+
+/// The part of `filter` that `idx_runs_job_started` answers for one job
+/// (its time range), or `None` when the filter also needs other columns
+/// of the rows.
+fn key_condition(filter: &RunFilter) -> Option<Condition> {
+    if filter.handler.is_some() || filter.status.is_some() || filter.trigger.is_some() {
+        return None;
+    }
+    let mut cond = Condition::all();
+    if let Some(from) = filter.started_from {
+        cond = cond.add(Column::StartedAt.gte(to_millis(from)));
+    }
+    if let Some(to) = filter.started_to {
+        cond = cond.add(Column::StartedAt.lte(to_millis(to)));
+    }
+    Some(cond)
+}
+
 fn filter_condition(filter: &RunFilter) -> Condition {
     let mut cond = Condition::all().add(Column::DeletedAt.is_null());
     if let Some(job_id) = filter.job_id {
