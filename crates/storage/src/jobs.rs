@@ -477,7 +477,19 @@ impl JobRepo<'_> {
                 (all.into_iter().skip(skip).take(take).collect(), total)
             }
             None => {
-                let total = query.clone().count(db).await?;
+                // A plain `COUNT(*)`: `PaginatorTrait::count` wraps the
+                // query (every column) in a derived table, which MariaDB
+                // merges but still counts ~50% slower (9 → 14 ms for
+                // 100 000 jobs).
+                let total: i64 = query
+                    .clone()
+                    .select_only()
+                    .expr(Expr::cust("COUNT(*)"))
+                    .into_tuple()
+                    .one(db)
+                    .await?
+                    .unwrap_or(0);
+                let total = u64::try_from(total).unwrap_or(0);
                 if page_size == 0 || offset >= total {
                     return Ok((Vec::new(), total));
                 }
