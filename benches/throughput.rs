@@ -116,6 +116,8 @@ struct Ledger {
     lags: Vec<i64>,
     /// First runs by status.
     statuses: std::collections::BTreeMap<String, u64>,
+    /// Skipped first runs by reason (the English line of their output).
+    skip_reasons: std::collections::BTreeMap<String, u64>,
 }
 
 async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledger {
@@ -157,7 +159,7 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     let runs = rows(
         store,
         &format!(
-            "SELECT status, scheduled_at, started_at FROM runs WHERE attempt = 1 \
+            "SELECT status, scheduled_at, started_at, output FROM runs WHERE attempt = 1 \
              AND scheduled_at >= {from} AND scheduled_at < {to}"
         ),
     )
@@ -165,12 +167,22 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     let mut skipped = 0;
     let mut lags = Vec::new();
     let mut statuses = std::collections::BTreeMap::new();
+    let mut skip_reasons = std::collections::BTreeMap::new();
     for r in &runs {
         *statuses
             .entry(r["status"].as_str().unwrap_or("?").to_string())
             .or_insert(0) += 1;
         if r["status"] == "skipped" {
             skipped += 1;
+            let output = r["output"].as_str().unwrap_or_default();
+            let reason: String = output
+                .lines()
+                .last()
+                .unwrap_or("")
+                .chars()
+                .take(60)
+                .collect();
+            *skip_reasons.entry(reason).or_insert(0) += 1;
         } else if r["status"] != "running" {
             // An ended run's start is when it really started (a fire
             // claimed ahead writes it at its end); a run still open is not
@@ -187,6 +199,7 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
         skipped,
         lags,
         statuses,
+        skip_reasons,
     }
 }
 
@@ -319,6 +332,9 @@ async fn bench(setup: &Setup, seconds: u64) {
         ready.as_secs_f64(),
     );
     println!("           first runs by status: {:?}", ledger.statuses);
+    if !ledger.skip_reasons.is_empty() {
+        println!("           skipped by reason: {:?}", ledger.skip_reasons);
+    }
     drop(store);
     database.drop_now().await;
 }
