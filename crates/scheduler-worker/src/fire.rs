@@ -175,6 +175,21 @@ fn final_end(outcome: &Outcome, status: RunStatus) -> FireEnd {
     }
 }
 
+/// Whether a fire's slot and lock may go before its final end is written:
+/// its handler returned (nothing of it lingers) and nothing after the end
+/// depends on the job staying guarded (a `queue_one` or `replace` fire's
+/// turn is read from the ledger; `maxRuns` counts the success after the
+/// end, before the next fire may start). Ends are group-committed, so
+/// under load an end waits for its batch; a guard held meanwhile made the
+/// next second's fire a false "previous run has not finished".
+fn frees_guards_early(outcome: &Outcome, waits_its_turn: bool, has_max_runs: bool) -> bool {
+    matches!(
+        outcome,
+        Outcome::Returned(_) | Outcome::Failed(_) | Outcome::Panicked(_)
+    ) && !waits_its_turn
+        && !has_max_runs
+}
+
 /// What a fire claimed ahead does at its time.
 enum AtTime {
     Run,
@@ -290,7 +305,20 @@ impl Fire {
             let (status, error) = (decision.status, decision.error.clone());
             let succeeded = status == RunStatus::Success;
             let real_start = (claimed_ahead && self.attempt == 1).then_some(attempt.started_at);
-            self.record(&attempt, decision, real_start).await;
+            let end = self.end_of(&attempt, decision, real_start);
+            if !retry
+                && frees_guards_early(
+                    &attempt.outcome,
+                    self.job.waits_its_turn(),
+                    self.job.time_rules.max_runs.is_some(),
+                )
+            {
+                // Its end is taken (`finished_at` included): the next fire
+                // of the job may start while the end waits for its batch.
+                self.slot = None;
+                self.lock = None;
+            }
+            self.write_end(end).await;
             if succeeded {
                 self.count_towards_limit().await;
             }
@@ -720,13 +748,14 @@ impl Fire {
     /// The one place an attempt's end is written; `real_start` for the
     /// first attempt of a fire claimed ahead, whose row holds the planned
     /// start.
-    async fn record(
+    /// The record of an attempt that ended now.
+    fn end_of(
         &self,
         attempt: &Attempt,
         decision: Decision,
         real_start: Option<DateTime<Utc>>,
-    ) {
-        let end = RunEnd {
+    ) -> RunEnd {
+        RunEnd {
             status: decision.status,
             finished_at: self.shared.clock.now(),
             duration_ms: i64::try_from(attempt.started.elapsed().as_millis()).unwrap_or(i64::MAX),
@@ -734,8 +763,7 @@ impl Fire {
             error: decision.error,
             trace_id: crate::observe::trace_id(),
             started_at: real_start,
-        };
-        self.write_end(end).await;
+        }
     }
 
     /// A fire claimed ahead waits for its time. It then runs only while
@@ -1058,6 +1086,32 @@ impl Fire {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_ends_free_the_guards_before_they_are_written() {
+        let returned = || Outcome::Returned("ok".into());
+        // (outcome, waits its turn, has maxRuns, frees early)
+        let cases = [
+            (returned(), false, false, true),
+            (Outcome::Failed("no".into()), false, false, true),
+            (Outcome::Panicked("boom".into()), false, false, true),
+            // The handler may still run: the guards stay until it returned.
+            (Outcome::TimedOut, false, false, false),
+            (Outcome::Cancelled("admin".into()), false, false, false),
+            (Outcome::LockLost, false, false, false),
+            (Outcome::Shutdown(Ok("ok".into())), false, false, false),
+            // The next fire's turn or the success count reads the ledger.
+            (returned(), true, false, false),
+            (returned(), false, true, false),
+        ];
+        for (at, (outcome, waits, max_runs, want)) in cases.iter().enumerate() {
+            assert_eq!(
+                frees_guards_early(outcome, *waits, *max_runs),
+                *want,
+                "case {at}: {outcome:?}"
+            );
+        }
+    }
 
     #[test]
     fn decisions_table() {

@@ -5,7 +5,9 @@
 //! when it is back (a run never stays `running` while its process lives).
 //! An end the database itself refuses is tried alone a few times and then
 //! replaced by a short `failed` end with no output, so a run is never left
-//! `running` (nor a slot held) by a write that cannot succeed.
+//! `running` (nor a slot held, for a fire that keeps its guards until its
+//! end is written: `fire::frees_guards_early`) by a write that cannot
+//! succeed.
 
 use std::time::Duration;
 
