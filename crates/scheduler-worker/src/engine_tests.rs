@@ -1875,12 +1875,9 @@ async fn a_fire_claimed_ahead_is_cancelled_or_taken_back_before_it_starts() {
     assert_eq!((at_runs.len(), records), (0, 0), "taken back: {at_runs:#?}");
 }
 
-/// In a cluster, a fire claimed ahead while another instance's run of its
-/// non-concurrent job is `running` asks the ledger again at its time: it is
-/// skipped while that run goes on (even with the job lock free, as after
-/// a Redis restart), and the job runs again once that run has ended.
-#[tokio::test(start_paused = true)]
-async fn a_fire_claimed_ahead_skips_while_a_run_elsewhere_goes_on() {
+/// An every-second non-concurrent job in a cluster of one on a Redis of
+/// the test's own (kept alive with the answer).
+async fn serial_job_in_a_cluster() -> (Harness, i64, RedisServer, qiwu_coord::Coord) {
     let hold = hold_clock().await;
     let redis = RedisServer::start();
     let coord = qiwu_coord::Coord::connect(&redis.url())
@@ -1891,10 +1888,19 @@ async fn a_fire_claimed_ahead_skips_while_a_run_elsewhere_goes_on() {
         hold,
         &[spec],
         chrono::Duration::zero(),
-        Some(ClusterConfig::new(coord)),
+        Some(ClusterConfig::new(coord.clone())),
     )
     .await;
-    let id = ids[0];
+    (h, ids[0], redis, coord)
+}
+
+/// In a cluster, a fire claimed ahead while another instance's run of its
+/// non-concurrent job is `running` asks the ledger again at its time: it is
+/// skipped while that run goes on (even with the job lock free, as after
+/// a Redis restart), and the job runs again once that run has ended.
+#[tokio::test(start_paused = true)]
+async fn a_fire_claimed_ahead_skips_while_a_run_elsewhere_goes_on() {
+    let (h, id, _redis, _coord) = serial_job_in_a_cluster().await;
     let first = h
         .until(id, Duration::from_secs(5), |runs| {
             runs.iter().any(|r| r.status == "success")
@@ -1960,20 +1966,7 @@ async fn a_fire_claimed_ahead_skips_while_a_run_elsewhere_goes_on() {
 /// and takes it at its time, once freed.
 #[tokio::test(start_paused = true)]
 async fn a_fire_claimed_ahead_takes_its_free_lock_while_it_waits() {
-    let hold = hold_clock().await;
-    let redis = RedisServer::start();
-    let coord = qiwu_coord::Coord::connect(&redis.url())
-        .await
-        .expect("redis");
-    let spec = job("serial", "test.stubborn", "* * * * * *");
-    let (h, ids) = Harness::start(
-        hold,
-        &[spec],
-        chrono::Duration::zero(),
-        Some(ClusterConfig::new(coord.clone())),
-    )
-    .await;
-    let id = ids[0];
+    let (h, id, redis, coord) = serial_job_in_a_cluster().await;
     let key = format!("qiwu:lock:job:{id}");
     let waiting = claimed_ahead(&h, id).await;
     let at = waiting.scheduled_at;

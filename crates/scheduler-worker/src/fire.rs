@@ -593,23 +593,27 @@ impl Fire {
         if self.slot.is_none() || self.lock.is_some() {
             return;
         }
-        match LockLease::try_acquire(
+        let taken = LockLease::try_acquire(
             &cluster.coord,
             self.job.id,
             &self.shared.config.instance,
             cluster.lock_ttl,
         )
-        .await
-        {
-            Ok(Some(lease)) => {
-                crate::observe::lock_event("lock.acquired", self.job.id, lease.token());
-                self.lock = Some(lease);
-            }
+        .await;
+        match taken {
+            Ok(Some(lease)) => self.keep_lock(lease),
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(job = self.job.id, error = %e, "job lock not taken ahead; trying at the time");
             }
         }
+    }
+
+    /// Holds a lock just taken, with its trace event.
+    fn keep_lock(&mut self, lease: LockLease) {
+        tracing::debug!(job = self.job.id, token = lease.token(), "job lock taken");
+        crate::observe::lock_event("lock.acquired", self.job.id, lease.token());
+        self.lock = Some(lease);
     }
 
     /// In a cluster, a non-concurrent job also needs its Redis lock (unless
@@ -627,18 +631,16 @@ impl Fire {
         }
         // Lost while it waited: it is taken afresh, as at any time.
         self.lock = None;
-        match LockLease::acquire(
+        let taken = LockLease::acquire(
             &cluster.coord,
             self.job.id,
             &self.shared.config.instance,
             cluster.lock_ttl,
         )
-        .await
-        {
+        .await;
+        match taken {
             Ok(Some(lease)) => {
-                tracing::debug!(job = self.job.id, token = lease.token(), "job lock taken");
-                crate::observe::lock_event("lock.acquired", self.job.id, lease.token());
-                self.lock = Some(lease);
+                self.keep_lock(lease);
                 Ok(())
             }
             Ok(None) => Err((RunStatus::Skipped, texts::SKIP_ELSEWHERE, "")),
