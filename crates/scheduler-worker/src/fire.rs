@@ -747,10 +747,9 @@ impl Fire {
         }
     }
 
-    /// The one place an attempt's end is written; `real_start` for the
-    /// first attempt of a fire claimed ahead, whose row holds the planned
-    /// start.
-    /// The record of an attempt that ended now.
+    /// The record of an attempt that ended now (`write_end` writes it);
+    /// `real_start` for the first attempt of a fire claimed ahead, whose
+    /// row holds the planned start.
     fn end_of(
         &self,
         attempt: &Attempt,

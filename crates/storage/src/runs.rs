@@ -570,7 +570,6 @@ impl RunRepo<'_> {
     }
 }
 
-/// The filter plus "not deleted".
 /// One MySQL statement: for each job in `ids`, the newest `fetch` rows of
 /// `select(job)` by (started_at, id), each through its own index range;
 /// then the newest `fetch` of them all.
@@ -607,16 +606,21 @@ fn key_condition(filter: &RunFilter) -> Option<Condition> {
     if filter.handler.is_some() || filter.status.is_some() || filter.trigger.is_some() {
         return None;
     }
-    let mut cond = Condition::all();
+    Some(range_condition(filter, Condition::all()))
+}
+
+/// `cond` with the filter's bounds of `started_at`.
+fn range_condition(filter: &RunFilter, mut cond: Condition) -> Condition {
     if let Some(from) = filter.started_from {
         cond = cond.add(Column::StartedAt.gte(to_millis(from)));
     }
     if let Some(to) = filter.started_to {
         cond = cond.add(Column::StartedAt.lte(to_millis(to)));
     }
-    Some(cond)
+    cond
 }
 
+/// The filter plus "not deleted".
 fn filter_condition(filter: &RunFilter) -> Condition {
     let mut cond = Condition::all().add(Column::DeletedAt.is_null());
     if let Some(job_id) = filter.job_id {
@@ -634,13 +638,7 @@ fn filter_condition(filter: &RunFilter) -> Condition {
     if let Some(trigger) = &filter.trigger {
         cond = cond.add(keyset::text_eq(Column::Trigger, trigger));
     }
-    if let Some(from) = filter.started_from {
-        cond = cond.add(Column::StartedAt.gte(to_millis(from)));
-    }
-    if let Some(to) = filter.started_to {
-        cond = cond.add(Column::StartedAt.lte(to_millis(to)));
-    }
-    cond
+    range_condition(filter, cond)
 }
 
 #[cfg(test)]
