@@ -118,6 +118,45 @@ struct Ledger {
     statuses: std::collections::BTreeMap<String, u64>,
     /// Skipped first runs by reason (the English line of their output).
     skip_reasons: std::collections::BTreeMap<String, u64>,
+    /// The window's worst seconds: where a high p99 comes from.
+    worst_seconds: Vec<SecondStats>,
+}
+
+/// The first runs of one nominal second of the window.
+#[derive(Default, Clone)]
+struct SecondStats {
+    /// Seconds since the window's start.
+    offset: i64,
+    max_lag: i64,
+    /// Runs that started more than 100 ms late.
+    late: u64,
+    skipped: u64,
+    /// Late or skipped runs by the instance that ran them.
+    by_instance: std::collections::BTreeMap<String, u64>,
+}
+
+/// Waits until every worker's last heart-beat saw all of them (their
+/// `/metrics`), so the window does not start while jobs still move
+/// between owners; at most 60 s.
+async fn agreed(client: &reqwest::Client, workers: &[&str]) {
+    let all = format!("qiwu_live_workers {}", workers.len());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        let mut seen = 0;
+        for base in workers {
+            if let Ok(resp) = client.get(format!("{base}/metrics")).send().await
+                && let Ok(text) = resp.text().await
+                && text.lines().any(|line| line.trim() == all)
+            {
+                seen += 1;
+            }
+        }
+        if seen == workers.len() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("throughput: the workers did not all see each other within 60 s");
 }
 
 async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledger {
@@ -159,7 +198,7 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     let runs = rows(
         store,
         &format!(
-            "SELECT status, scheduled_at, started_at, output FROM runs WHERE attempt = 1 \
+            "SELECT status, scheduled_at, started_at, output, instance FROM runs WHERE attempt = 1 \
              AND scheduled_at >= {from} AND scheduled_at < {to}"
         ),
     )
@@ -168,7 +207,12 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     let mut lags = Vec::new();
     let mut statuses = std::collections::BTreeMap::new();
     let mut skip_reasons = std::collections::BTreeMap::new();
+    let mut by_second = vec![SecondStats::default(); seconds];
     for r in &runs {
+        let second = ((int(r, "scheduled_at") - from) / 1000).clamp(0, seconds as i64 - 1);
+        let stats = &mut by_second[second as usize];
+        stats.offset = second;
+        let instance = r["instance"].as_str().unwrap_or("?").to_string();
         *statuses
             .entry(r["status"].as_str().unwrap_or("?").to_string())
             .or_insert(0) += 1;
@@ -183,14 +227,25 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
                 .take(60)
                 .collect();
             *skip_reasons.entry(reason).or_insert(0) += 1;
+            stats.skipped += 1;
+            *stats.by_instance.entry(instance).or_insert(0) += 1;
         } else if r["status"] != "running" {
             // An ended run's start is when it really started (a fire
             // claimed ahead writes it at its end); a run still open is not
             // counted.
-            lags.push(int(r, "started_at") - int(r, "scheduled_at"));
+            let lag = int(r, "started_at") - int(r, "scheduled_at");
+            lags.push(lag);
+            stats.max_lag = stats.max_lag.max(lag);
+            if lag > 100 {
+                stats.late += 1;
+                *stats.by_instance.entry(instance).or_insert(0) += 1;
+            }
         }
     }
     lags.sort_unstable();
+    by_second.sort_by_key(|s| std::cmp::Reverse((s.late + s.skipped, s.max_lag)));
+    by_second.truncate(3);
+    by_second.retain(|s| s.late + s.skipped > 0);
     Ledger {
         expected: (job_ids.len() * seconds) as u64,
         covered,
@@ -200,6 +255,7 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
         lags,
         statuses,
         skip_reasons,
+        worst_seconds: by_second,
     }
 }
 
@@ -260,6 +316,13 @@ async fn bench(setup: &Setup, seconds: u64) {
     }
     let ready = spawned.elapsed();
     // Let the workers agree on who owns what, then measure whole seconds.
+    if setup.workers > 0 {
+        let workers: Vec<&str> = processes[1..]
+            .iter()
+            .map(|(_, p)| p.base.as_str())
+            .collect();
+        agreed(&client, &workers).await;
+    }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let wall = chrono::Utc::now().timestamp_millis();
     let from = wall - wall.rem_euclid(1000) + 1000;
@@ -334,6 +397,12 @@ async fn bench(setup: &Setup, seconds: u64) {
     println!("           first runs by status: {:?}", ledger.statuses);
     if !ledger.skip_reasons.is_empty() {
         println!("           skipped by reason: {:?}", ledger.skip_reasons);
+    }
+    for s in &ledger.worst_seconds {
+        println!(
+            "           second +{}: {} late (> 100 ms), {} skipped, max lag {} ms, by instance {:?}",
+            s.offset, s.late, s.skipped, s.max_lag, s.by_instance
+        );
     }
     drop(store);
     database.drop_now().await;

@@ -99,11 +99,17 @@ async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<
     result
 }
 
-/// Takes the next fencing token and, with it, the lock if nobody holds it;
-/// answers the token, or 0 when the lock is held.
+/// Takes the next fencing token and, with it, the lock if nobody holds it
+/// or if it still holds `ARGV[3]` (a lock of the same owner being handed
+/// over; empty for none); answers the token, or 0 when the lock is held.
 const ACQUIRE: &str = r"
 local token = redis.call('INCR', KEYS[2])
-if redis.call('SET', KEYS[1], ARGV[1] .. '#' .. token, 'NX', 'PX', ARGV[2]) then
+local value = ARGV[1] .. '#' .. token
+if ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == ARGV[3] then
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  return token
+end
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return token
 end
 return 0";
@@ -240,6 +246,21 @@ impl Coord {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<JobLock>, CoordError> {
+        self.try_lock_after(job_id, owner, ttl, None).await
+    }
+
+    /// Takes a job's lock for `ttl` unless someone holds it, or, with
+    /// `previous`, while `previous` still holds it: the lock then passes
+    /// from one holder to the next without a moment free (a release of
+    /// `previous` still on its way finds it no longer ours and does
+    /// nothing). For a caller that knows `previous` is done with it.
+    pub async fn try_lock_after(
+        &self,
+        job_id: i64,
+        owner: &str,
+        ttl: Duration,
+        previous: Option<&JobLock>,
+    ) -> Result<Option<JobLock>, CoordError> {
         let mut conn = self.conn().await?;
         let key = format!("{LOCK_PREFIX}{job_id}");
         // One round trip: the next fencing token, and the lock if free.
@@ -250,6 +271,7 @@ impl Coord {
                     .key(format!("{FENCE_PREFIX}{job_id}"))
                     .arg(owner)
                     .arg(ttl.as_millis() as u64)
+                    .arg(previous.map_or("", |lock| lock.value.as_str()))
                     .invoke_async(&mut conn),
             )
             .await,

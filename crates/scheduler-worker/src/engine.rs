@@ -29,7 +29,7 @@ use crate::context::shutting_down;
 use crate::error::WorkerError;
 use crate::freezes::FreezeWatch;
 use crate::handlers::Registry;
-use crate::lease::Slots;
+use crate::lease::{Handovers, Slots};
 use crate::recorder::Recorder;
 use crate::schedules::{self, UserCalendars};
 use crate::texts;
@@ -140,6 +140,8 @@ pub(crate) struct Shared {
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
     pub slots: Slots,
+    /// The job locks being given back, for the job's next fire here.
+    pub handovers: Handovers,
     /// The running runs here, and their cancel signals.
     pub cancels: Cancels,
     pub recorder: Recorder,
@@ -225,6 +227,7 @@ impl Engine {
             config,
             clock,
             slots: Slots::default(),
+            handovers: Handovers::default(),
             cancels: Cancels::default(),
             recorder,
             permits,

@@ -2020,3 +2020,69 @@ async fn a_fire_claimed_ahead_takes_its_free_lock_while_it_waits() {
     assert_eq!(ran.status, "success", "taken at its time: {ran:?}");
     h.shut_down().await;
 }
+
+/// A job lock this process gives back passes to the job's next fire here
+/// even before the release lands, and only from its last holder: the late
+/// release of the old lock leaves the new one alone, another instance
+/// cannot take it meanwhile, and a lock another instance took in between
+/// is not taken over.
+#[tokio::test]
+async fn a_lock_given_back_passes_to_the_jobs_next_fire_here() {
+    use crate::lease::{Handovers, LockLease};
+    let redis = RedisServer::start();
+    let coord = qiwu_coord::Coord::connect(&redis.url())
+        .await
+        .expect("redis");
+    let ttl = Duration::from_secs(30);
+    let key = "qiwu:lock:job:7";
+    let held = |lock: &qiwu_coord::JobLock| format!("test-1#{}", lock.token);
+
+    let first = coord.try_lock(7, "test-1", ttl).await.expect("redis");
+    let first = first.expect("a free lock");
+    let next = coord
+        .try_lock_after(7, "test-1", ttl, Some(&first))
+        .await
+        .expect("redis")
+        .expect("taken over while the fire before still holds it");
+    assert!(next.token > first.token, "a new fencing token");
+    coord.release(&first).await.expect("the late release");
+    assert_eq!(redis.cli(&["GET", key]).trim(), held(&next));
+    let other = coord.try_lock(7, "test-2", ttl).await.expect("redis");
+    assert!(other.is_none(), "never free in between");
+
+    coord.release(&next).await.expect("release");
+    let other = coord.try_lock(7, "test-2", ttl).await.expect("redis");
+    let other = other.expect("free once released");
+    let stale = coord
+        .try_lock_after(7, "test-1", ttl, Some(&next))
+        .await
+        .expect("redis");
+    assert!(stale.is_none(), "another instance's lock is not taken over");
+    coord.release(&other).await.expect("release");
+
+    // Through the leases: the job's next fire takes the lock a dropped
+    // lease gives back at once, whichever of the release and the take
+    // lands first (without the handover, a take before the release would
+    // find it held).
+    let handovers = Handovers::default();
+    for _ in 0..20 {
+        let lease = LockLease::try_acquire(&coord, &handovers, 7, "test-1", ttl)
+            .await
+            .expect("redis")
+            .expect("the lock");
+        drop(lease);
+        let lease = LockLease::try_acquire(&coord, &handovers, 7, "test-1", ttl)
+            .await
+            .expect("redis")
+            .expect("handed over or freed");
+        let value = format!("test-1#{}", lease.token());
+        assert_eq!(redis.cli(&["GET", key]).trim(), value);
+        drop(lease);
+        for _ in 0..100 {
+            if redis.cli(&["EXISTS", key]).trim() == "0" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

@@ -59,8 +59,10 @@ pub(crate) struct Fire {
     pub attempt: u32,
     /// A first log line of the run (what a catch-up stands for).
     pub note: Option<String>,
-    pub slot: Option<Slot>,
+    /// Declared before the slot, so dropped first: the next fire of the
+    /// job that the freed slot lets in finds the lock to take over.
     pub lock: Option<LockLease>,
+    pub slot: Option<Slot>,
     /// Set for a fire claimed ahead of its time, until that time
     /// (`crate::ahead`).
     pub ahead: Option<Hold>,
@@ -315,8 +317,9 @@ impl Fire {
             {
                 // Its end is taken (`finished_at` included): the next fire
                 // of the job may start while the end waits for its batch.
-                self.slot = None;
+                // The lock first: the fire the slot lets in takes it over.
                 self.lock = None;
+                self.slot = None;
             }
             self.write_end(end).await;
             if succeeded {
@@ -499,6 +502,7 @@ impl Fire {
             loop {
                 match LockLease::acquire(
                     &cluster.coord,
+                    &self.shared.handovers,
                     job_id,
                     &self.shared.config.instance,
                     cluster.lock_ttl,
@@ -595,6 +599,7 @@ impl Fire {
         }
         let taken = LockLease::try_acquire(
             &cluster.coord,
+            &self.shared.handovers,
             self.job.id,
             &self.shared.config.instance,
             cluster.lock_ttl,
@@ -633,6 +638,7 @@ impl Fire {
         self.lock = None;
         let taken = LockLease::acquire(
             &cluster.coord,
+            &self.shared.handovers,
             self.job.id,
             &self.shared.config.instance,
             cluster.lock_ttl,

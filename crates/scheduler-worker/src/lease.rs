@@ -1,8 +1,11 @@
 //! What a fire holds while it runs, as guards released on every path: the
 //! job's local non-concurrency slot, and in a cluster the job's Redis lock
-//! with its renewal.
+//! with its renewal. A lock this process gives back is handed over to its
+//! job's next fire here if that one asks before the release lands
+//! ([`Handovers`]), so a job that runs every second on one instance never
+//! finds its own lock still held.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,11 +58,42 @@ impl Drop for Slot {
     }
 }
 
+/// The job locks this process is giving back (their release is a round
+/// trip still on its way), by job. The next fire of the job here takes
+/// such a lock over instead of waiting for the release: that fire holds
+/// the job's slot, so the fire before it is done with the lock, and the
+/// lock passes between them without a moment free for another instance.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Handovers(Arc<Mutex<HashMap<i64, JobLock>>>);
+
+impl Handovers {
+    fn put(&self, lock: &JobLock) {
+        if let Ok(mut locks) = self.0.lock() {
+            locks.insert(lock.job_id, lock.clone());
+        }
+    }
+
+    fn take(&self, job_id: i64) -> Option<JobLock> {
+        self.0.lock().ok()?.remove(&job_id)
+    }
+
+    /// Forgets a lock once its release has landed (unless a newer one of
+    /// the job took its place meanwhile).
+    fn released(&self, lock: &JobLock) {
+        if let Ok(mut locks) = self.0.lock()
+            && locks.get(&lock.job_id) == Some(lock)
+        {
+            locks.remove(&lock.job_id);
+        }
+    }
+}
+
 /// A held cluster lock, renewed every third of its TTL. Dropping it stops
 /// the renewal and releases the lock, unless [`LockLease::keep_until_expiry`]
 /// said otherwise.
 pub(crate) struct LockLease {
     coord: Coord,
+    handovers: Handovers,
     lock: JobLock,
     renewal: tokio::task::JoinHandle<()>,
     lost: watch::Receiver<bool>,
@@ -72,12 +106,13 @@ impl LockLease {
     /// short retries come first.
     pub(crate) async fn acquire(
         coord: &Coord,
+        handovers: &Handovers,
         job_id: i64,
         instance: &str,
         ttl: Duration,
     ) -> Result<Option<LockLease>, CoordError> {
         for wait in [50, 100, 200, 0] {
-            if let Some(lease) = Self::try_acquire(coord, job_id, instance, ttl).await? {
+            if let Some(lease) = Self::try_acquire(coord, handovers, job_id, instance, ttl).await? {
                 return Ok(Some(lease));
             }
             if wait > 0 {
@@ -87,15 +122,31 @@ impl LockLease {
         Ok(None)
     }
 
-    /// Takes the job's lock if it is free now, in one round trip.
+    /// Takes the job's lock if it is free now, or still held by the fire
+    /// of it here before, in one round trip. Only for a fire holding the
+    /// job's slot (see [`Handovers`]).
     pub(crate) async fn try_acquire(
         coord: &Coord,
+        handovers: &Handovers,
         job_id: i64,
         instance: &str,
         ttl: Duration,
     ) -> Result<Option<LockLease>, CoordError> {
-        let Some(lock) = coord.try_lock(job_id, instance, ttl).await? else {
-            return Ok(None);
+        let previous = handovers.take(job_id);
+        let taken = coord
+            .try_lock_after(job_id, instance, ttl, previous.as_ref())
+            .await;
+        let lock = match taken {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                // Its release may still be on its way: the next try may
+                // take it over.
+                if let Some(previous) = previous {
+                    handovers.put(&previous);
+                }
+                return Err(e);
+            }
         };
         let (lost_tx, lost) = watch::channel(false);
         // In the fire's span: renewals and a loss are its events.
@@ -107,6 +158,7 @@ impl LockLease {
         )));
         Ok(Some(LockLease {
             coord: coord.clone(),
+            handovers: handovers.clone(),
             lock,
             renewal,
             lost,
@@ -149,9 +201,16 @@ impl Drop for LockLease {
         // Releasing needs a round trip; outside a runtime (process exit)
         // the lock simply expires.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let handovers = self.handovers.clone();
+            handovers.put(&lock);
             runtime.spawn(async move {
-                if let Err(e) = coord.release(&lock).await {
-                    tracing::warn!(job = lock.job_id, error = %e, "cannot release the job lock; it expires by itself");
+                match coord.release(&lock).await {
+                    Ok(()) => handovers.released(&lock),
+                    // Still ours until it expires: the job's next fire
+                    // here may take it over meanwhile.
+                    Err(e) => {
+                        tracing::warn!(job = lock.job_id, error = %e, "cannot release the job lock; it expires by itself");
+                    }
                 }
             });
         }
