@@ -120,14 +120,20 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
             .push(
                 " AND p.scheduled_at = c.prev) ORDER BY c.job_id \
                  ON CONFLICT DO NOTHING RETURNING id, job_id, scheduled_at), \
-                 busy AS (SELECT DISTINCT r.job_id FROM runs r \
-                   WHERE r.status = 'running' AND r.instance <> ",
+                 busy AS (SELECT b.job_id FROM (SELECT DISTINCT job_id FROM f) b \
+                   CROSS JOIN LATERAL (SELECT 1 FROM runs r WHERE r.job_id = b.job_id \
+                     AND r.status = 'running' AND r.instance <> ",
             )
             .param(ctx.instance)
-            .push(" AND ")
+            // One index lookup per job (the `LIMIT` keeps it a lateral
+            // probe): a semi-join would scan the whole `running` index,
+            // whose entries of runs ended since the last vacuum the lookups
+            // mark dead for the index to drop, and a scan of all of them
+            // grew with every second of fires.
+            .push(" LIMIT 1) x WHERE ")
             .param(ctx.running_elsewhere.is_some())
             .push(
-                " AND r.job_id IN (SELECT job_id FROM f)), \
+                "), \
                  r AS (INSERT INTO runs (fire_id, job_id, job_name, handler, \"trigger\", scheduled_at, \
                    attempt, status, started_at, finished_at, duration_ms, instance, output, error, \
                    swept_at, deleted_at) \
