@@ -139,7 +139,7 @@ struct Ledger {
 }
 
 /// The first runs of one nominal second of the window.
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct SecondStats {
     /// Seconds since the window's start.
     offset: i64,
@@ -223,11 +223,15 @@ async fn read_ledger(store: &Store, job_ids: &[i64], from: i64, to: i64) -> Ledg
     let mut lags = Vec::new();
     let mut statuses = std::collections::BTreeMap::new();
     let mut skip_reasons = std::collections::BTreeMap::new();
-    let mut by_second = vec![SecondStats::default(); seconds];
+    let mut by_second: Vec<SecondStats> = (0..seconds as i64)
+        .map(|offset| SecondStats {
+            offset,
+            ..SecondStats::default()
+        })
+        .collect();
     for r in &runs {
         let second = ((int(r, "scheduled_at") - from) / 1000).clamp(0, seconds as i64 - 1);
         let stats = &mut by_second[second as usize];
-        stats.offset = second;
         let instance = r["instance"].as_str().unwrap_or("?").to_string();
         *statuses
             .entry(r["status"].as_str().unwrap_or("?").to_string())

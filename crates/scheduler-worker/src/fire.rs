@@ -436,7 +436,9 @@ impl Fire {
         // Whether anything ran before this fire's turn came.
         let mut waited = false;
         let job_id = self.job.id;
-        let fires = self.shared.store.fires();
+        // Its own handle: the fire itself is changed while these are held.
+        let shared = Arc::clone(&self.shared);
+        let fires = shared.store.fires();
         if self.job.overlap_policy == OverlapPolicy::Replace {
             let by = texts::replaced_by(self.scheduled_at);
             match fires
@@ -498,20 +500,19 @@ impl Fire {
                 }
             }
         }
-        if let Some(cluster) = &self.shared.config.cluster {
+        if let Some(cluster) = &shared.config.cluster {
             loop {
                 match LockLease::acquire(
                     &cluster.coord,
-                    &self.shared.handovers,
+                    &shared.handovers,
                     job_id,
-                    &self.shared.config.instance,
+                    &shared.config.instance,
                     cluster.lock_ttl,
                 )
                 .await
                 {
                     Ok(Some(lease)) => {
-                        crate::observe::lock_event("lock.acquired", job_id, lease.token());
-                        self.lock = Some(lease);
+                        self.keep_lock(lease);
                         break;
                     }
                     Ok(None) => waited = true,
