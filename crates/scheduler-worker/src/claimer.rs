@@ -704,9 +704,11 @@ impl Claimer {
         Ok(())
     }
 
-    /// The record standing for a job's times after its last record (or its
-    /// last change) up to `through`, by its misfire policy; `None` when it
-    /// missed nothing.
+    /// The record standing for a job's times after its last record (or the
+    /// start of its current schedule) up to `through`, by its misfire
+    /// policy; `None` when it missed nothing. The start, not the job's last
+    /// write: a pause resumed late, or an edit of its remark, leaves the
+    /// times since the start to record.
     fn plan(
         &mut self,
         job: &JobRecord,
@@ -717,7 +719,7 @@ impl Claimer {
     ) -> Option<Planned> {
         let tz = self.shared.zone_of(job.timezone);
         let schedule = schedules::build(job.id, job.cron.clone(), tz, &job.time_rules, calendars)?;
-        let from = tip.map_or(job.updated_at, |tip| tip.max(job.updated_at));
+        let from = tip.map_or(job.schedule_from, |tip| tip.max(job.schedule_from));
         let freezes = self.shared.freezes.current();
         let (missed, freeze) = first_span(
             &schedule,

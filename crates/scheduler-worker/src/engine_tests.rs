@@ -211,6 +211,11 @@ impl Harness {
                     .id,
             );
         }
+        (Harness::start_on(hold, store, cluster), ids)
+    }
+
+    /// Starts an engine at `t0()` on a store the test prepared.
+    fn start_on(hold: Hold, store: TestStore, cluster: Option<ClusterConfig>) -> Harness {
         let clock = Arc::new(TokioClock::starting_at(t0()));
         let statements = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut counted = store.store.clone();
@@ -242,7 +247,7 @@ impl Harness {
         );
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(engine.run(stop_rx));
-        let harness = Harness {
+        Harness {
             store,
             handle,
             stop,
@@ -251,8 +256,7 @@ impl Harness {
             statements,
             sql_log,
             _hold: hold,
-        };
-        (harness, ids)
+        }
     }
 
     fn now(&self) -> DateTime<Utc> {
@@ -1601,6 +1605,85 @@ async fn a_paused_job_resumes_at_its_end_and_fires_from_there() {
     assert!(
         late >= chrono::Duration::zero() && late < chrono::Duration::milliseconds(100),
         "resumed {late} after the end"
+    );
+}
+
+/// A pause whose end passed while no engine ran: the engine resumes the job
+/// when it starts, later than the end, and the times since the end are
+/// missed like any downtime's (one `skipped` record by the misfire policy),
+/// never left without a record; the schedule then goes on.
+#[tokio::test(start_paused = true)]
+async fn a_pause_that_ended_while_down_records_the_times_since_its_end() {
+    let hold = hold_clock().await;
+    let store = test_store().await;
+    let created = t0() - chrono::Duration::seconds(20);
+    let id = store
+        .jobs()
+        .create(&job("paused", "test.stubborn", "* * * * * *"), "t", created)
+        .await
+        .expect("job")
+        .id;
+    let until = t0() - chrono::Duration::milliseconds(4_300);
+    let request = qiwu_domain::pause::PauseRequest {
+        enabled: false,
+        reason: Some("maintenance".into()),
+        until: Some(until),
+    };
+    store
+        .jobs()
+        .pause(id, &request, None, "alice", created)
+        .await
+        .expect("pause");
+    let h = Harness::start_on(hold, store, None);
+    let runs = h
+        .until(id, Duration::from_secs(10), |runs| {
+            runs.iter()
+                .filter(|r| r.trigger == "schedule" && r.status == "success")
+                .count()
+                >= 2
+        })
+        .await;
+    let (store, _hold) = h.shut_down().await;
+    let job = store.jobs().get(id).await.expect("read").expect("job");
+    assert_eq!(job.schedule_from, until);
+    // The first time past the end is second -4 from t0: from there every
+    // second has one record, and they form one chain from the end. The
+    // first is a catch-up, skipped as missed.
+    let first = &runs[0];
+    assert_eq!(
+        (first.trigger.as_str(), first.status.as_str()),
+        ("misfire", "skipped"),
+        "{runs:#?}"
+    );
+    let rows: Vec<(Option<i64>, Option<i64>, i64)> = qiwu_storage::entity::fire::Entity::find()
+        .filter(qiwu_storage::entity::fire::Column::JobId.eq(id))
+        .order_by_asc(qiwu_storage::entity::fire::Column::ScheduledAt)
+        .all(store.connection())
+        .await
+        .expect("fires")
+        .into_iter()
+        .map(|f| (f.prev_at, f.first_at, f.scheduled_at))
+        .collect();
+    let mut expected_prev = ms(until);
+    let mut expected_first = ms(t0()) - 4_000;
+    for row in &rows {
+        assert_eq!(
+            (row.0, row.1),
+            (Some(expected_prev), Some(expected_first)),
+            "{rows:#?}"
+        );
+        expected_prev = row.2;
+        expected_first = row.2 + 1000;
+    }
+    // Seconds -1 and 0, due at the start, are claimed late in one batch
+    // (the second one skipped as overlapping the first); then every
+    // second runs on time.
+    assert!(
+        runs[1..]
+            .iter()
+            .all(|r| r.trigger == "schedule"
+                && (r.status == "success" || r.scheduled_at <= ms(t0()))),
+        "{runs:#?}"
     );
 }
 

@@ -15,7 +15,7 @@ pub struct Model {
     /// 0: the job's schedule (timer fires and catch-ups), 1: run once,
     /// 2: catch-ups recorded before the chain existed.
     pub lane: i16,
-    /// The fire time (or the job's last change) this record follows.
+    /// The fire time (or the start of the job's schedule) this record follows.
     pub prev_at: Option<i64>,
     /// The first fire time this record covers (a catch-up covers
     /// `first_at ..= scheduled_at`).

@@ -82,8 +82,9 @@ pub struct TimeClaim {
     pub first_at: DateTime<Utc>,
     pub scheduled_at: DateTime<Utc>,
     /// The fire time this record follows: the cron's previous time for a
-    /// timer fire, the chain's tip for a catch-up. The job's last change
-    /// takes its place when it is later (a new chain starts at each change).
+    /// timer fire, the chain's tip for a catch-up. The start of the job's
+    /// current schedule (`schedule_from`) takes its place when it is later
+    /// (a new chain starts with each schedule).
     pub after: Option<DateTime<Utc>>,
     /// The schedule the claimer armed (`JobRecord::schedule_from`).
     pub schedule_from: DateTime<Utc>,
@@ -436,7 +437,7 @@ use super::FireRepo;
 /// `INSERT INTO fires … SELECT …` of a batch of time claims (without the
 /// conflict clause): each claim's job must be enabled at the armed
 /// schedule, its time after that schedule began, and its predecessor
-/// recorded (or the job's last change).
+/// recorded (or the start of the job's current schedule).
 fn chain_insert(backend: Backend, claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
     let mut order: Vec<usize> = (0..claims.len()).collect();
     // One order for every instance: concurrent batches lock keys alike.
@@ -471,12 +472,15 @@ fn chain_insert(backend: Backend, claims: &[TimeClaim], ctx: &ClaimContext<'_>) 
     .param(to_millis(ctx.now))
     .push(", ")
     .param(to_millis(ctx.now))
-    // The chain: a record follows the job's last change when that is
-    // later than the time it names, and needs its predecessor recorded.
+    // The chain: a record follows the start of the job's current schedule
+    // when that is later than the time it names, and needs its predecessor
+    // recorded. The start, not the job's last write: a pause's end is the
+    // start of a schedule that the system's resume may commit later than
+    // the first time after it, and a plain edit (a remark) does not restart
+    // the chain, so a time missed before it still has to be recorded.
     .push(
-        " FROM (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
-         CASE WHEN u.after IS NULL THEN j.updated_at \
-              WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
+        " FROM (SELECT u.job_id, u.trig, u.first_at, u.at, j.schedule_from AS anchor, \
+         CASE WHEN u.after IS NULL OR u.after < j.schedule_from THEN j.schedule_from \
               ELSE u.after END AS prev FROM ",
     )
     .rows(

@@ -92,12 +92,12 @@ fn claim_statement(claims: &[TimeClaim], ctx: &ClaimContext<'_>) -> Sql {
                 rows,
                 "",
             )
-            // The chain: a record follows the job's last change when that
-            // is later than the time it names, and needs its predecessor.
+            // The chain: a record follows the start of the job's current
+            // schedule when that is later than the time it names, and
+            // needs its predecessor (`chain_insert` says why).
             .push(
-                ", c AS (SELECT u.job_id, u.trig, u.first_at, u.at, j.updated_at AS anchor, \
-                 CASE WHEN u.after IS NULL THEN j.updated_at \
-                      WHEN j.updated_at < u.at AND j.updated_at > u.after THEN j.updated_at \
+                ", c AS (SELECT u.job_id, u.trig, u.first_at, u.at, j.schedule_from AS anchor, \
+                 CASE WHEN u.after IS NULL OR u.after < j.schedule_from THEN j.schedule_from \
                       ELSE u.after END AS prev \
                  FROM u JOIN jobs j ON j.id = u.job_id \
                  WHERE j.enabled AND j.schedule_from = u.armed AND u.first_at > j.schedule_from), \

@@ -3,7 +3,7 @@
 //! Every fire time of a job's schedule is covered by exactly one `fires`
 //! record, whoever writes it. The records of a job form a chain: each one
 //! names the fire time it follows (`prev_at`: the previous fire time, or the
-//! job's last change), and `UNIQUE(job_id, lane, prev_at)` lets only one
+//! start of the job's current schedule, `schedule_from`), and `UNIQUE(job_id, lane, prev_at)` lets only one
 //! record extend the chain from a given point. A claim also requires its
 //! predecessor to be recorded, so a time after a hole is never claimed as if
 //! the hole were not there: the claimer learns of the [`ClaimOutcome::Gap`]

@@ -12,6 +12,8 @@ use sea_orm::Statement;
 scenarios!(
     ledger_one_instance_wins_each_time,
     ledger_claims_follow_the_schedule_not_every_edit,
+    ledger_a_late_resume_leaves_every_time_after_the_pause,
+    ledger_an_edit_does_not_hide_a_missed_time,
     ledger_a_gap_is_caught_up_before_the_next_time,
     ledger_a_catch_up_and_a_timer_collide_on_one_record,
     ledger_batch_corner_cases,
@@ -218,6 +220,121 @@ async fn ledger_claims_follow_the_schedule_not_every_edit(store: Store) {
     );
 }
 
+/// The system's resume of a pause commits after the first time past the
+/// pause's end (a busy database): the new schedule starts at the end, so
+/// that time and the next are both claimed, one after the other, and a
+/// catch-up of the times since the end starts from the end too.
+async fn ledger_a_late_resume_leaves_every_time_after_the_pause(store: Store) {
+    for catch_up_first in [false, true] {
+        let job = job(&store, &format!("paused {catch_up_first}")).await;
+        for n in 1..=2 {
+            assert_eq!(
+                kind(&claim_one(&store, timer(&job, n), "w").await),
+                "claimed"
+            );
+        }
+        let until = s(4) + chrono::Duration::milliseconds(200);
+        let request = qiwu_domain::pause::PauseRequest {
+            enabled: false,
+            reason: Some("maintenance".into()),
+            until: Some(until),
+        };
+        let paused_at = s(2) + chrono::Duration::milliseconds(500);
+        store
+            .jobs()
+            .pause(job.id, &request, None, "alice", paused_at)
+            .await
+            .unwrap();
+        // Committed 1.1 s after second 5, the first time past the end.
+        let resumed = store
+            .jobs()
+            .resume(
+                job.id,
+                until,
+                "system",
+                |n| n.to_owned(),
+                s(6) + chrono::Duration::milliseconds(100),
+            )
+            .await
+            .unwrap()
+            .expect("resumed");
+        assert_eq!(resumed.schedule_from, until);
+        assert!(resumed.updated_at > s(5));
+        if catch_up_first {
+            // A worker that arms it 2 s back records seconds 5 and 6 as
+            // one catch-up from the end, then claims second 7.
+            let mut missed = catch_up(&resumed, 4, 5, 6);
+            missed.after = Some(until);
+            assert_eq!(kind(&claim_one(&store, missed, "w").await), "claimed");
+        } else {
+            for n in 5..=6 {
+                assert_eq!(
+                    kind(&claim_one(&store, timer(&resumed, n), "w").await),
+                    "claimed",
+                    "second {n}"
+                );
+            }
+        }
+        assert_eq!(
+            kind(&claim_one(&store, timer(&resumed, 7), "w").await),
+            "claimed"
+        );
+        let rows = schedule_rows(&store, job.id).await;
+        let chain: Vec<(Option<i64>, i64)> =
+            rows.iter().map(|r| (r.prev_at, r.scheduled_at)).collect();
+        let mut expected = vec![
+            (Some(to_ms(job.schedule_from)), to_ms(s(1))),
+            (Some(to_ms(s(1))), to_ms(s(2))),
+            (Some(to_ms(until)), to_ms(s(5))),
+        ];
+        if catch_up_first {
+            expected[2].1 = to_ms(s(6));
+        } else {
+            expected.push((Some(to_ms(s(5))), to_ms(s(6))));
+        }
+        expected.push((Some(to_ms(s(6))), to_ms(s(7))));
+        assert_eq!(chain, expected, "catch-up first: {catch_up_first}");
+    }
+}
+
+/// An edit that leaves the schedule alone (a remark) does not restart the
+/// chain: a time missed before it is still a hole the next claim reports.
+async fn ledger_an_edit_does_not_hide_a_missed_time(store: Store) {
+    let job = job(&store, "remarked").await;
+    assert_eq!(
+        kind(&claim_one(&store, timer(&job, 1), "w").await),
+        "claimed"
+    );
+    // Second 2 is missed (say, the database was down); the remark is
+    // edited during second 3.
+    let mut remark = new_job("remarked");
+    remark.remark = "edited".into();
+    let edited = store
+        .jobs()
+        .update(
+            job.id,
+            job.version,
+            &remark,
+            "t",
+            s(2) + chrono::Duration::milliseconds(500),
+        )
+        .await
+        .unwrap();
+    assert_eq!(edited.schedule_from, job.schedule_from);
+    assert_eq!(
+        kind(&claim_one(&store, timer(&edited, 3), "w").await),
+        "gap"
+    );
+    assert_eq!(
+        kind(&claim_one(&store, catch_up(&edited, 1, 2, 2), "w").await),
+        "claimed"
+    );
+    assert_eq!(
+        kind(&claim_one(&store, timer(&edited, 3), "w").await),
+        "claimed"
+    );
+}
+
 async fn ledger_a_gap_is_caught_up_before_the_next_time(store: Store) {
     let job = job(&store, "gap").await;
     assert_eq!(
@@ -245,7 +362,11 @@ async fn ledger_a_gap_is_caught_up_before_the_next_time(store: Store) {
     assert_eq!(
         covered,
         [
-            (Some(to_ms(job.updated_at)), Some(to_ms(s(1))), to_ms(s(1))),
+            (
+                Some(to_ms(job.schedule_from)),
+                Some(to_ms(s(1))),
+                to_ms(s(1))
+            ),
             (Some(to_ms(s(1))), Some(to_ms(s(2))), to_ms(s(2))),
             (Some(to_ms(s(2))), Some(to_ms(s(3))), to_ms(s(3))),
         ]
