@@ -194,6 +194,13 @@ impl Claimer {
     pub(crate) async fn run(mut self) {
         let mut stop = self.stop.clone();
         loop {
+            // Looked at before every round, not only when idle: under load
+            // there is always a round to start, and one started after the
+            // stop would claim fires the shutdown has already stopped
+            // waiting for (their runs closed under them, their ends lost).
+            if *stop.borrow() {
+                break;
+            }
             let now = tokio::time::Instant::now();
             let waiting = self.retry_at.is_some_and(|t| t > now);
             if !waiting && self.ready() && self.room() > 0 && self.rounds.len() < self.max_rounds {
@@ -208,15 +215,7 @@ impl Claimer {
             let watch_permits = !waiting && self.rounds.is_empty() && self.ready();
             tokio::select! {
                 biased;
-                () = shutting_down(&mut stop) => {
-                    // Rounds already sent are seen through, as a round
-                    // awaited in place would be (the engine's stop bounds
-                    // this wait).
-                    while let Some(done) = self.rounds.join_next_with_id().await {
-                        self.finish(done);
-                    }
-                    return;
-                }
+                () = shutting_down(&mut stop) => break,
                 Some(done) = self.rounds.join_next_with_id(), if !self.rounds.is_empty() => self.finish(done),
                 request = self.requests.recv() => match request {
                     Some(request) => self.add(request),
@@ -227,6 +226,11 @@ impl Claimer {
                 permit = permits.acquire_owned(), if watch_permits => drop(permit),
             }
             self.take_queued();
+        }
+        // Rounds already sent are seen through, as a round awaited in place
+        // would be (the engine's stop bounds this wait).
+        while let Some(done) = self.rounds.join_next_with_id().await {
+            self.finish(done);
         }
     }
 

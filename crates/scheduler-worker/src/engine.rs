@@ -499,10 +499,20 @@ async fn load_schedules(store: &Store) -> Result<Vec<JobSchedule>, StartProblem>
 /// is left and leaves the live set.
 async fn stop(
     shared: &Arc<Shared>,
-    claimer: tokio::task::JoinHandle<()>,
+    mut claimer: tokio::task::JoinHandle<()>,
     mut helpers: tokio::task::JoinSet<()>,
 ) -> Result<(), WorkerError> {
-    let _ = tokio::time::timeout(Duration::from_secs(2), claimer).await;
+    if tokio::time::timeout(Duration::from_secs(2), &mut claimer)
+        .await
+        .is_err()
+    {
+        // A claim still in flight after that is cut short: a fire it would
+        // start now could not be waited for. What it committed is closed
+        // below with the rest of this instance's runs.
+        tracing::warn!("the claimer did not stop in time; abandoning its claim in flight");
+        claimer.abort();
+        let _ = claimer.await;
+    }
     shared.tracker.close();
     tracing::info!(
         running = shared.tracker.len(),

@@ -17,7 +17,9 @@ use chrono::{DateTime, Utc};
 use qiwu_domain::HandlerDescriptor;
 use qiwu_storage::entity::run;
 use qiwu_storage::{NewJob, Store};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Statement};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Statement,
+};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -1684,6 +1686,50 @@ async fn a_pause_that_ended_while_down_records_the_times_since_its_end() {
             .all(|r| r.trigger == "schedule"
                 && (r.status == "success" || r.scheduled_at <= ms(t0()))),
         "{runs:#?}"
+    );
+}
+
+/// A stop while the claimer has a backlog (every job's start-up catch-up,
+/// claimed a batch at a time): the claimer looks at the stop before each
+/// round, not only when idle, so the backlog is cut short and nothing is
+/// claimed once the engine has returned (a fire claimed after the stop
+/// stopped waiting would run under a run the shutdown already closed).
+#[tokio::test(start_paused = true)]
+async fn a_stop_cuts_a_claim_backlog_short() {
+    const JOBS: usize = 1_200;
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| job(&format!("late {i}"), "test.stubborn", "* * * * * *"))
+        .collect();
+    let (h, _ids) =
+        Harness::start(hold_clock().await, &jobs, chrono::Duration::hours(1), None).await;
+    let fires = async |store: &Store| {
+        qiwu_storage::entity::fire::Entity::find()
+            .count(store.connection())
+            .await
+            .expect("count")
+    };
+    // The first batch of catch-ups, in real time: the engine needs no
+    // clock step to claim what it queued at its start.
+    let began = std::time::Instant::now();
+    while fires(&h.store).await == 0 {
+        assert!(began.elapsed() < PATIENCE * 6, "no catch-up was claimed");
+        let _ = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1))).await;
+    }
+    let _ = h.stop.send(true);
+    let (store, _hold) = h.shut_down().await;
+    let at_stop = fires(&store).await;
+    assert!(
+        at_stop < JOBS as u64,
+        "every catch-up was claimed after the stop: {at_stop}"
+    );
+    // Real time for a claimer that would still be running.
+    for _ in 0..20 {
+        let _ = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(10))).await;
+    }
+    assert_eq!(
+        fires(&store).await,
+        at_stop,
+        "claimed after the engine returned"
     );
 }
 
