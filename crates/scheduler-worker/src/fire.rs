@@ -295,19 +295,26 @@ impl Fire {
                 .attempt_once(&handler, &params, &mut stop)
                 .instrument(span.clone())
                 .await;
+            let ended = (tokio::time::Instant::now(), self.shared.clock.now());
+            // The end is written after every other fire ready now has
+            // started: at a busy instant (thousands of fires due at once)
+            // each fire's start then waits only for the starts before it,
+            // not for their ends too. The attempt's end and duration are
+            // taken above, so the wait does not count in them.
+            tokio::task::yield_now().await;
             let decision = decide(
                 &attempt.outcome,
                 &attempt.log.contents(),
                 self.job.timeout_ms,
                 attempts_left,
             );
-            let seconds = attempt.started.elapsed().as_secs_f64();
+            let seconds = (ended.0 - attempt.started).as_secs_f64();
             crate::observe::attempt_decided(&span, &self.job.handler, &decision, seconds);
             let retry = decision.retry;
             let (status, error) = (decision.status, decision.error.clone());
             let succeeded = status == RunStatus::Success;
             let real_start = (claimed_ahead && self.attempt == 1).then_some(attempt.started_at);
-            let end = self.end_of(&attempt, decision, real_start);
+            let end = self.end_of(&attempt, ended, decision, real_start);
             if !retry
                 && frees_guards_early(
                     &attempt.outcome,
@@ -754,19 +761,20 @@ impl Fire {
         }
     }
 
-    /// The record of an attempt that ended now (`write_end` writes it);
-    /// `real_start` for the first attempt of a fire claimed ahead, whose
-    /// row holds the planned start.
+    /// The record of an attempt that ended at `ended` (`write_end` writes
+    /// it); `real_start` for the first attempt of a fire claimed ahead,
+    /// whose row holds the planned start.
     fn end_of(
         &self,
         attempt: &Attempt,
+        (ended, finished_at): (tokio::time::Instant, DateTime<Utc>),
         decision: Decision,
         real_start: Option<DateTime<Utc>>,
     ) -> RunEnd {
         RunEnd {
             status: decision.status,
-            finished_at: self.shared.clock.now(),
-            duration_ms: i64::try_from(attempt.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+            finished_at,
+            duration_ms: i64::try_from((ended - attempt.started).as_millis()).unwrap_or(i64::MAX),
             output: decision.output,
             error: decision.error,
             trace_id: crate::observe::trace_id(),
