@@ -114,17 +114,32 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
 end
 return 0";
 
+/// Extends every lock `KEYS[i]` that still holds `ARGV[i + 1]` to
+/// `ARGV[1]` ms; answers 1 or 0 for each.
 const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    renewed[i] = redis.call('PEXPIRE', key, ARGV[1])
+  else
+    renewed[i] = 0
+  end
 end
-return 0";
+return renewed";
 
+/// Deletes every lock `KEYS[i]` that still holds `ARGV[i]`.
 const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+local released = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then
+    released = released + redis.call('DEL', key)
+  end
 end
-return 0";
+return released";
+
+/// Locks per renewal or release script: a busy second's worth in a few
+/// round trips, without one script holding Redis for long.
+const LOCKS_PER_SCRIPT: usize = 500;
 
 /// The scripts, hashed once (`invoke_async` sends `EVALSHA`, and the script
 /// itself only when Redis does not know it yet).
@@ -286,32 +301,47 @@ impl Coord {
 
     /// Extends a held lock; false when it is no longer ours.
     pub async fn renew(&self, lock: &JobLock, ttl: Duration) -> Result<bool, CoordError> {
+        let renewed = self.renew_many(std::slice::from_ref(lock), ttl).await?;
+        Ok(renewed.first().copied().unwrap_or(false))
+    }
+
+    /// Extends held locks, [`LOCKS_PER_SCRIPT`] to a round trip: for each,
+    /// whether it was still ours (and is now extended).
+    pub async fn renew_many(
+        &self,
+        locks: &[JobLock],
+        ttl: Duration,
+    ) -> Result<Vec<bool>, CoordError> {
         let mut conn = self.conn().await?;
-        let renewed: i64 = self.checked(
-            bounded(
-                RENEW_SCRIPT
-                    .key(&lock.key)
-                    .arg(&lock.value)
-                    .arg(ttl.as_millis() as u64)
-                    .invoke_async(&mut conn),
-            )
-            .await,
-        )?;
-        Ok(renewed == 1)
+        let mut out = Vec::with_capacity(locks.len());
+        for chunk in locks.chunks(LOCKS_PER_SCRIPT) {
+            let mut script = RENEW_SCRIPT.prepare_invoke();
+            script.arg(ttl.as_millis() as u64);
+            for lock in chunk {
+                script.key(&lock.key).arg(&lock.value);
+            }
+            let renewed: Vec<i64> = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
+            out.extend(renewed.into_iter().map(|r| r == 1));
+        }
+        Ok(out)
     }
 
     /// Gives a lock back, if it is still ours.
     pub async fn release(&self, lock: &JobLock) -> Result<(), CoordError> {
+        self.release_many(std::slice::from_ref(lock)).await
+    }
+
+    /// Gives locks back (those still ours), [`LOCKS_PER_SCRIPT`] to a
+    /// round trip.
+    pub async fn release_many(&self, locks: &[JobLock]) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
-        let _: i64 = self.checked(
-            bounded(
-                RELEASE_SCRIPT
-                    .key(&lock.key)
-                    .arg(&lock.value)
-                    .invoke_async(&mut conn),
-            )
-            .await,
-        )?;
+        for chunk in locks.chunks(LOCKS_PER_SCRIPT) {
+            let mut script = RELEASE_SCRIPT.prepare_invoke();
+            for lock in chunk {
+                script.key(&lock.key).arg(&lock.value);
+            }
+            let _: i64 = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
+        }
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ use crate::context::shutting_down;
 use crate::error::WorkerError;
 use crate::freezes::FreezeWatch;
 use crate::handlers::Registry;
-use crate::lease::{Handovers, Slots};
+use crate::lease::{Locks, Slots};
 use crate::recorder::Recorder;
 use crate::schedules::{self, UserCalendars};
 use crate::texts;
@@ -140,8 +140,9 @@ pub(crate) struct Shared {
     pub config: EngineConfig,
     pub clock: Arc<dyn Clock>,
     pub slots: Slots,
-    /// The job locks being given back, for the job's next fire here.
-    pub handovers: Handovers,
+    /// In a cluster: the job locks this process takes, renews and gives
+    /// back.
+    pub locks: Option<Locks>,
     /// The running runs here, and their cancel signals.
     pub cancels: Cancels,
     pub recorder: Recorder,
@@ -221,13 +222,17 @@ impl Engine {
         let (membership_tx, membership) = watch::channel(Membership::default());
         let (recorder, _writer) = Recorder::start(store.clone());
         let permits = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
+        let locks = config
+            .cluster
+            .as_ref()
+            .map(|c| Locks::start(c.coord.clone(), c.lock_ttl));
         let shared = Arc::new(Shared {
             store,
             registry,
             config,
             clock,
             slots: Slots::default(),
-            handovers: Handovers::default(),
+            locks,
             cancels: Cancels::default(),
             recorder,
             permits,
@@ -526,6 +531,11 @@ async fn stop(
             left = shared.tracker.len(),
             "handlers still running after the grace period; closing their runs"
         );
+    }
+    // The locks of the fires that ended are given back before this worker
+    // leaves, so the jobs' next owners find them free.
+    if let Some(locks) = &shared.locks {
+        locks.flush(Duration::from_secs(2)).await;
     }
     let instance = [shared.config.instance.clone()];
     let now = shared.clock.now();

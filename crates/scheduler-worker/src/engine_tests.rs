@@ -2157,7 +2157,7 @@ async fn a_fire_claimed_ahead_takes_its_free_lock_while_it_waits() {
 /// is not taken over.
 #[tokio::test]
 async fn a_lock_given_back_passes_to_the_jobs_next_fire_here() {
-    use crate::lease::{Handovers, LockLease};
+    use crate::lease::{LockLease, Locks};
     let redis = RedisServer::start();
     let coord = qiwu_coord::Coord::connect(&redis.url())
         .await
@@ -2193,14 +2193,14 @@ async fn a_lock_given_back_passes_to_the_jobs_next_fire_here() {
     // lease gives back at once, whichever of the release and the take
     // lands first (without the handover, a take before the release would
     // find it held).
-    let handovers = Handovers::default();
+    let locks = Locks::start(coord.clone(), ttl);
     for _ in 0..20 {
-        let lease = LockLease::try_acquire(&coord, &handovers, 7, "test-1", ttl)
+        let lease = LockLease::try_acquire(&locks, 7, "test-1")
             .await
             .expect("redis")
             .expect("the lock");
         drop(lease);
-        let lease = LockLease::try_acquire(&coord, &handovers, 7, "test-1", ttl)
+        let lease = LockLease::try_acquire(&locks, 7, "test-1")
             .await
             .expect("redis")
             .expect("handed over or freed");
@@ -2214,4 +2214,54 @@ async fn a_lock_given_back_passes_to_the_jobs_next_fire_here() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Held locks are renewed from one task, those falling due together in one
+/// round trip: each outlives its TTL while held, a lock someone else took
+/// counts as lost within a third of the TTL (and only that one), and
+/// locks given back are released in one batch, flushed on demand.
+#[tokio::test]
+async fn held_locks_are_renewed_together_and_given_back_in_a_batch() {
+    use crate::lease::{LockLease, Locks};
+    let redis = RedisServer::start();
+    let coord = qiwu_coord::Coord::connect(&redis.url())
+        .await
+        .expect("redis");
+    let ttl = Duration::from_millis(900);
+    let locks = Locks::start(coord.clone(), ttl);
+    let mut leases = Vec::new();
+    for job in 1..=3 {
+        let lease = LockLease::try_acquire(&locks, job, "test-1")
+            .await
+            .expect("redis")
+            .expect("a free lock");
+        leases.push(lease);
+    }
+    let key = |job: i64| format!("qiwu:lock:job:{job}");
+    // Two TTLs later every lock is still there: renewed.
+    tokio::time::sleep(ttl * 2).await;
+    for (i, lease) in leases.iter().enumerate() {
+        let job = i as i64 + 1;
+        assert_eq!(
+            redis.cli(&["GET", &key(job)]).trim(),
+            format!("test-1#{}", lease.token()),
+            "job {job}"
+        );
+        assert!(!lease.is_lost());
+    }
+    // Someone else holds job 2's now: its next renewal fails.
+    redis.cli(&["SET", &key(2), "intruder#0", "PX", "60000"]);
+    tokio::time::timeout(ttl, leases[1].lost())
+        .await
+        .expect("the loss is seen within the TTL");
+    assert!(!leases[0].is_lost() && !leases[2].is_lost());
+    // Given back: the lost one is left to the intruder.
+    let mut lost = leases.remove(1);
+    lost.keep_until_expiry();
+    drop(lost);
+    drop(leases);
+    locks.flush(Duration::from_secs(5)).await;
+    assert_eq!(redis.cli(&["EXISTS", &key(1)]).trim(), "0");
+    assert_eq!(redis.cli(&["EXISTS", &key(3)]).trim(), "0");
+    assert_eq!(redis.cli(&["GET", &key(2)]).trim(), "intruder#0");
 }

@@ -507,17 +507,9 @@ impl Fire {
                 }
             }
         }
-        if let Some(cluster) = &shared.config.cluster {
+        if let Some(locks) = &shared.locks {
             loop {
-                match LockLease::acquire(
-                    &cluster.coord,
-                    &shared.handovers,
-                    job_id,
-                    &shared.config.instance,
-                    cluster.lock_ttl,
-                )
-                .await
-                {
+                match LockLease::acquire(locks, job_id, &shared.config.instance).await {
                     Ok(Some(lease)) => {
                         self.keep_lock(lease);
                         break;
@@ -599,20 +591,13 @@ impl Fire {
         if self.slot.is_none() {
             self.slot = self.shared.slots.try_take(self.job.id);
         }
-        let Some(cluster) = &self.shared.config.cluster else {
+        let Some(locks) = &self.shared.locks else {
             return;
         };
         if self.slot.is_none() || self.lock.is_some() {
             return;
         }
-        let taken = LockLease::try_acquire(
-            &cluster.coord,
-            &self.shared.handovers,
-            self.job.id,
-            &self.shared.config.instance,
-            cluster.lock_ttl,
-        )
-        .await;
+        let taken = LockLease::try_acquire(locks, self.job.id, &self.shared.config.instance).await;
         match taken {
             Ok(Some(lease)) => self.keep_lock(lease),
             Ok(None) => {}
@@ -633,7 +618,7 @@ impl Fire {
     /// it took it while it waited, and still holds it). `Err` is how the
     /// claimed run must end instead.
     async fn take_lock(&mut self) -> Result<(), (RunStatus, &'static str, &'static str)> {
-        let Some(cluster) = &self.shared.config.cluster else {
+        let Some(locks) = &self.shared.locks else {
             return Ok(());
         };
         if self.job.allow_concurrent {
@@ -644,14 +629,7 @@ impl Fire {
         }
         // Lost while it waited: it is taken afresh, as at any time.
         self.lock = None;
-        let taken = LockLease::acquire(
-            &cluster.coord,
-            &self.shared.handovers,
-            self.job.id,
-            &self.shared.config.instance,
-            cluster.lock_ttl,
-        )
-        .await;
+        let taken = LockLease::acquire(locks, self.job.id, &self.shared.config.instance).await;
         match taken {
             Ok(Some(lease)) => {
                 self.keep_lock(lease);

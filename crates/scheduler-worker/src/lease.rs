@@ -1,16 +1,17 @@
 //! What a fire holds while it runs, as guards released on every path: the
-//! job's local non-concurrency slot, and in a cluster the job's Redis lock
-//! with its renewal. A lock this process gives back is handed over to its
+//! job's local non-concurrency slot, and in a cluster the job's Redis lock,
+//! renewed and given back in batches by [`Locks`]. A lock this process gives back is handed over to its
 //! job's next fire here if that one asks before the release lands
 //! ([`Handovers`]), so a job that runs every second on one instance never
 //! finds its own lock still held.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use qiwu_coord::{Coord, CoordError, JobLock};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 /// The non-concurrent jobs executing in this process, and a signal each
 /// time one is freed (fires that wait their turn listen to it).
@@ -63,8 +64,8 @@ impl Drop for Slot {
 /// such a lock over instead of waiting for the release: that fire holds
 /// the job's slot, so the fire before it is done with the lock, and the
 /// lock passes between them without a moment free for another instance.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Handovers(Arc<Mutex<HashMap<i64, JobLock>>>);
+#[derive(Debug, Default)]
+struct Handovers(Mutex<HashMap<i64, JobLock>>);
 
 impl Handovers {
     fn put(&self, lock: &JobLock) {
@@ -88,14 +89,236 @@ impl Handovers {
     }
 }
 
-/// A held cluster lock, renewed every third of its TTL. Dropping it stops
-/// the renewal and releases the lock, unless [`LockLease::keep_until_expiry`]
-/// said otherwise.
-pub(crate) struct LockLease {
+/// This process's side of the cluster's job locks: taking one, renewing
+/// every held lock from one task (each a third of the TTL after its last
+/// renewal, those falling due together in one round trip), and giving
+/// locks back from another, everything given back meanwhile in one round
+/// trip. A busy second (thousands of fires, each with its job's lock) so
+/// costs a handful of Redis calls and no task per lock.
+#[derive(Clone)]
+pub(crate) struct Locks(Arc<LocksInner>);
+
+struct LocksInner {
     coord: Coord,
+    ttl: Duration,
     handovers: Handovers,
+    held: Mutex<Held>,
+    /// Wakes the renewer when a lock is held where none was; its closing
+    /// (the last `Locks` gone) ends the renewer.
+    wake: mpsc::UnboundedSender<()>,
+    /// To the releaser; its closing ends the releaser once it is drained.
+    releases: mpsc::UnboundedSender<Release>,
+}
+
+/// The locks held, and the order their renewals fall due in: every lock
+/// has the same TTL, so a lock taken or renewed later is due later, and
+/// the queue stays in order by pushing at its back.
+#[derive(Default)]
+struct Held {
+    next_id: u64,
+    locks: HashMap<u64, HeldLock>,
+    due: VecDeque<(Instant, u64)>,
+}
+
+struct HeldLock {
     lock: JobLock,
-    renewal: tokio::task::JoinHandle<()>,
+    lost: watch::Sender<bool>,
+    /// The fire's span: its renewals and a loss are its events.
+    span: tracing::Span,
+}
+
+enum Release {
+    Lock(JobLock),
+    /// Answered once every release sent before it was tried.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Renewals this close to being due go with the ones that are.
+fn renew_together(ttl: Duration) -> Duration {
+    ttl / 6
+}
+
+impl Locks {
+    /// Starts the renewer and the releaser; both end once every handle
+    /// (and every lease) is gone. They are not stopped by the shutdown
+    /// signal: handlers finishing in the grace period still hold locks that
+    /// must be renewed and given back.
+    pub(crate) fn start(coord: Coord, ttl: Duration) -> Locks {
+        let (wake, woken) = mpsc::unbounded_channel();
+        let (releases, to_release) = mpsc::unbounded_channel();
+        let inner = Arc::new(LocksInner {
+            coord,
+            ttl,
+            handovers: Handovers::default(),
+            held: Mutex::new(Held::default()),
+            wake,
+            releases,
+        });
+        tokio::spawn(renew_loop(Arc::downgrade(&inner), woken));
+        tokio::spawn(release_loop(
+            inner.coord.clone(),
+            Arc::downgrade(&inner),
+            to_release,
+        ));
+        Locks(inner)
+    }
+
+    /// Waits (at most `limit`) until every lock given back so far was
+    /// released: at shutdown, so the job's next owner finds it free.
+    pub(crate) async fn flush(&self, limit: Duration) {
+        let (done, flushed) = oneshot::channel();
+        if self.0.releases.send(Release::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(limit, flushed).await;
+        }
+    }
+
+    /// Counts a lock just taken as held (renewed from now on): its id in
+    /// [`Held`], and the signal of its loss.
+    fn hold(&self, lock: JobLock) -> (u64, watch::Receiver<bool>) {
+        let (lost_tx, lost) = watch::channel(false);
+        let mut held = self.0.held();
+        let id = held.next_id;
+        held.next_id += 1;
+        held.locks.insert(
+            id,
+            HeldLock {
+                lock,
+                lost: lost_tx,
+                span: tracing::Span::current(),
+            },
+        );
+        let first = held.due.is_empty();
+        held.due.push_back((Instant::now() + self.0.ttl / 3, id));
+        drop(held);
+        if first {
+            let _ = self.0.wake.send(());
+        }
+        (id, lost)
+    }
+}
+
+impl LocksInner {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        // Plain maps and a queue, each change whole: never half-written.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Renews the locks due now (and those due soon after), and counts
+    /// the ones not confirmed as lost.
+    async fn renew_due(&self) {
+        let horizon = Instant::now() + renew_together(self.ttl);
+        let batch: Vec<(u64, JobLock)> = {
+            let mut held = self.held();
+            let mut batch = Vec::new();
+            while held.due.front().is_some_and(|(at, _)| *at <= horizon) {
+                let Some((_, id)) = held.due.pop_front() else {
+                    break;
+                };
+                // A lock given back meanwhile left its place in the queue.
+                if let Some(h) = held.locks.get(&id) {
+                    batch.push((id, h.lock.clone()));
+                }
+            }
+            batch
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let locks: Vec<JobLock> = batch.iter().map(|(_, lock)| lock.clone()).collect();
+        let renewed = self.coord.renew_many(&locks, self.ttl).await;
+        let next = Instant::now() + self.ttl / 3;
+        let mut held = self.held();
+        for (i, (id, _)) in batch.iter().enumerate() {
+            let confirmed = matches!(&renewed, Ok(r) if r.get(i) == Some(&true));
+            if confirmed {
+                if let Some(h) = held.locks.get(id) {
+                    h.span.in_scope(|| {
+                        crate::observe::lock_event("lock.renewed", h.lock.job_id, h.lock.token)
+                    });
+                    held.due.push_back((next, *id));
+                }
+            } else if let Some(h) = held.locks.remove(id) {
+                h.span.in_scope(|| {
+                    tracing::error!(job = h.lock.job_id, token = h.lock.token, "job lock lost");
+                    crate::observe::lock_event("lock.lost", h.lock.job_id, h.lock.token);
+                });
+                let _ = h.lost.send(true);
+            }
+        }
+    }
+}
+
+/// Renews held locks as they fall due; sleeps while none is held.
+async fn renew_loop(locks: Weak<LocksInner>, mut woken: mpsc::UnboundedReceiver<()>) {
+    loop {
+        let next = match locks.upgrade() {
+            Some(locks) => locks.held().due.front().map(|(at, _)| *at),
+            None => return,
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+                let Some(locks) = locks.upgrade() else {
+                    return;
+                };
+                locks.renew_due().await;
+            }
+            woke = woken.recv() => {
+                if woke.is_none() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Gives back, in one round trip, every lock released since the last one.
+/// A weak handle: the loop must not keep alive the sender whose closing
+/// ends it.
+async fn release_loop(
+    coord: Coord,
+    locks: Weak<LocksInner>,
+    mut requests: mpsc::UnboundedReceiver<Release>,
+) {
+    while let Some(first) = requests.recv().await {
+        let mut batch = Vec::new();
+        let mut flushed = Vec::new();
+        let mut next = Some(first);
+        while let Some(request) = next {
+            match request {
+                Release::Lock(lock) => batch.push(lock),
+                Release::Flush(done) => flushed.push(done),
+            }
+            next = requests.try_recv().ok();
+        }
+        if !batch.is_empty() {
+            match coord.release_many(&batch).await {
+                Ok(()) => {
+                    if let Some(locks) = locks.upgrade() {
+                        for lock in &batch {
+                            locks.handovers.released(lock);
+                        }
+                    }
+                }
+                // Still ours until they expire: the jobs' next fires here
+                // may take them over meanwhile.
+                Err(e) => {
+                    tracing::warn!(locks = batch.len(), error = %e, "cannot release job locks; they expire by themselves");
+                }
+            }
+        }
+        for done in flushed {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// A held cluster lock, renewed by [`Locks`]. Dropping it gives the lock
+/// back, unless [`LockLease::keep_until_expiry`] said otherwise.
+pub(crate) struct LockLease {
+    locks: Locks,
+    /// Its entry in [`Held`].
+    id: u64,
+    lock: JobLock,
     lost: watch::Receiver<bool>,
     release: bool,
 }
@@ -105,14 +328,12 @@ impl LockLease {
     /// holder that is just ending releases it within moments, so a few
     /// short retries come first.
     pub(crate) async fn acquire(
-        coord: &Coord,
-        handovers: &Handovers,
+        locks: &Locks,
         job_id: i64,
         instance: &str,
-        ttl: Duration,
     ) -> Result<Option<LockLease>, CoordError> {
         for wait in [50, 100, 200, 0] {
-            if let Some(lease) = Self::try_acquire(coord, handovers, job_id, instance, ttl).await? {
+            if let Some(lease) = Self::try_acquire(locks, job_id, instance).await? {
                 return Ok(Some(lease));
             }
             if wait > 0 {
@@ -126,15 +347,15 @@ impl LockLease {
     /// of it here before, in one round trip. Only for a fire holding the
     /// job's slot (see [`Handovers`]).
     pub(crate) async fn try_acquire(
-        coord: &Coord,
-        handovers: &Handovers,
+        locks: &Locks,
         job_id: i64,
         instance: &str,
-        ttl: Duration,
     ) -> Result<Option<LockLease>, CoordError> {
-        let previous = handovers.take(job_id);
-        let taken = coord
-            .try_lock_after(job_id, instance, ttl, previous.as_ref())
+        let inner = &locks.0;
+        let previous = inner.handovers.take(job_id);
+        let taken = inner
+            .coord
+            .try_lock_after(job_id, instance, inner.ttl, previous.as_ref())
             .await;
         let lock = match taken {
             Ok(Some(lock)) => lock,
@@ -143,24 +364,16 @@ impl LockLease {
                 // Its release may still be on its way: the next try may
                 // take it over.
                 if let Some(previous) = previous {
-                    handovers.put(&previous);
+                    inner.handovers.put(&previous);
                 }
                 return Err(e);
             }
         };
-        let (lost_tx, lost) = watch::channel(false);
-        // In the fire's span: renewals and a loss are its events.
-        let renewal = tokio::spawn(tracing::Instrument::in_current_span(renew(
-            coord.clone(),
-            lock.clone(),
-            ttl,
-            lost_tx,
-        )));
+        let (id, lost) = locks.hold(lock.clone());
         Ok(Some(LockLease {
-            coord: coord.clone(),
-            handovers: handovers.clone(),
+            locks: locks.clone(),
+            id,
             lock,
-            renewal,
             lost,
             release: true,
         }))
@@ -192,45 +405,16 @@ impl LockLease {
 
 impl Drop for LockLease {
     fn drop(&mut self) {
-        self.renewal.abort();
+        let inner = &self.locks.0;
+        // No longer renewed; its place in the renewal queue is skipped.
+        inner.held().locks.remove(&self.id);
         if !self.release {
             return;
         }
         crate::observe::lock_event("lock.released", self.lock.job_id, self.lock.token);
-        let (coord, lock) = (self.coord.clone(), self.lock.clone());
-        // Releasing needs a round trip; outside a runtime (process exit)
-        // the lock simply expires.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let handovers = self.handovers.clone();
-            handovers.put(&lock);
-            runtime.spawn(async move {
-                match coord.release(&lock).await {
-                    Ok(()) => handovers.released(&lock),
-                    // Still ours until it expires: the job's next fire
-                    // here may take it over meanwhile.
-                    Err(e) => {
-                        tracing::warn!(job = lock.job_id, error = %e, "cannot release the job lock; it expires by itself");
-                    }
-                }
-            });
-        }
-    }
-}
-
-/// Renews the lock every third of its TTL; flips `lost` when a renewal is
-/// not confirmed.
-async fn renew(coord: Coord, lock: JobLock, ttl: Duration, lost: watch::Sender<bool>) {
-    loop {
-        tokio::time::sleep(ttl / 3).await;
-        match coord.renew(&lock, ttl).await {
-            Ok(true) => crate::observe::lock_event("lock.renewed", lock.job_id, lock.token),
-            Ok(false) | Err(_) => {
-                tracing::error!(job = lock.job_id, token = lock.token, "job lock lost");
-                crate::observe::lock_event("lock.lost", lock.job_id, lock.token);
-                let _ = lost.send(true);
-                return;
-            }
-        }
+        inner.handovers.put(&self.lock);
+        // The releaser ends only once every lease is gone.
+        let _ = inner.releases.send(Release::Lock(self.lock.clone()));
     }
 }
 
