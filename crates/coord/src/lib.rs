@@ -137,9 +137,10 @@ for i, key in ipairs(KEYS) do
 end
 return released";
 
-/// Locks per renewal or release script: a busy second's worth in a few
-/// round trips, without one script holding Redis for long.
-const LOCKS_PER_SCRIPT: usize = 500;
+/// Most locks a caller should renew in one [`Coord::renew_many`] call, and
+/// locks per script call of [`Coord::release_many`]: a busy second's
+/// worth in a few round trips, without one script holding Redis for long.
+pub const LOCKS_PER_CALL: usize = 500;
 
 /// The scripts, hashed once (`invoke_async` sends `EVALSHA`, and the script
 /// itself only when Redis does not know it yet).
@@ -305,25 +306,22 @@ impl Coord {
         Ok(renewed.first().copied().unwrap_or(false))
     }
 
-    /// Extends held locks, [`LOCKS_PER_SCRIPT`] to a round trip: for each,
-    /// whether it was still ours (and is now extended).
+    /// Extends held locks in one script call (at most about
+    /// [`LOCKS_PER_CALL`] at a time, please): for each, whether it was
+    /// still ours (and is now extended).
     pub async fn renew_many(
         &self,
         locks: &[JobLock],
         ttl: Duration,
     ) -> Result<Vec<bool>, CoordError> {
         let mut conn = self.conn().await?;
-        let mut out = Vec::with_capacity(locks.len());
-        for chunk in locks.chunks(LOCKS_PER_SCRIPT) {
-            let mut script = RENEW_SCRIPT.prepare_invoke();
-            script.arg(ttl.as_millis() as u64);
-            for lock in chunk {
-                script.key(&lock.key).arg(&lock.value);
-            }
-            let renewed: Vec<i64> = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
-            out.extend(renewed.into_iter().map(|r| r == 1));
+        let mut script = RENEW_SCRIPT.prepare_invoke();
+        script.arg(ttl.as_millis() as u64);
+        for lock in locks {
+            script.key(&lock.key).arg(&lock.value);
         }
-        Ok(out)
+        let renewed: Vec<i64> = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
     }
 
     /// Gives a lock back, if it is still ours.
@@ -331,11 +329,11 @@ impl Coord {
         self.release_many(std::slice::from_ref(lock)).await
     }
 
-    /// Gives locks back (those still ours), [`LOCKS_PER_SCRIPT`] to a
+    /// Gives locks back (those still ours), [`LOCKS_PER_CALL`] to a
     /// round trip.
     pub async fn release_many(&self, locks: &[JobLock]) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
-        for chunk in locks.chunks(LOCKS_PER_SCRIPT) {
+        for chunk in locks.chunks(LOCKS_PER_CALL) {
             let mut script = RELEASE_SCRIPT.prepare_invoke();
             for lock in chunk {
                 script.key(&lock.key).arg(&lock.value);

@@ -221,28 +221,28 @@ impl LocksInner {
             }
             batch
         };
-        if batch.is_empty() {
-            return;
-        }
-        let locks: Vec<JobLock> = batch.iter().map(|(_, lock)| lock.clone()).collect();
-        let renewed = self.coord.renew_many(&locks, self.ttl).await;
-        let next = Instant::now() + self.ttl / 3;
-        let mut held = self.held();
-        for (i, (id, _)) in batch.iter().enumerate() {
-            let confirmed = matches!(&renewed, Ok(r) if r.get(i) == Some(&true));
-            if confirmed {
-                if let Some(h) = held.locks.get(id) {
+        // A failed call counts only its own locks as lost.
+        for chunk in batch.chunks(qiwu_coord::LOCKS_PER_CALL) {
+            let locks: Vec<JobLock> = chunk.iter().map(|(_, lock)| lock.clone()).collect();
+            let renewed = self.coord.renew_many(&locks, self.ttl).await;
+            let mut held = self.held();
+            let next = Instant::now() + self.ttl / 3;
+            for (i, (id, _)) in chunk.iter().enumerate() {
+                let confirmed = matches!(&renewed, Ok(r) if r.get(i) == Some(&true));
+                if confirmed {
+                    if let Some(h) = held.locks.get(id) {
+                        h.span.in_scope(|| {
+                            crate::observe::lock_event("lock.renewed", h.lock.job_id, h.lock.token)
+                        });
+                        held.due.push_back((next, *id));
+                    }
+                } else if let Some(h) = held.locks.remove(id) {
                     h.span.in_scope(|| {
-                        crate::observe::lock_event("lock.renewed", h.lock.job_id, h.lock.token)
+                        tracing::error!(job = h.lock.job_id, token = h.lock.token, "job lock lost");
+                        crate::observe::lock_event("lock.lost", h.lock.job_id, h.lock.token);
                     });
-                    held.due.push_back((next, *id));
+                    let _ = h.lost.send(true);
                 }
-            } else if let Some(h) = held.locks.remove(id) {
-                h.span.in_scope(|| {
-                    tracing::error!(job = h.lock.job_id, token = h.lock.token, "job lock lost");
-                    crate::observe::lock_event("lock.lost", h.lock.job_id, h.lock.token);
-                });
-                let _ = h.lost.send(true);
             }
         }
     }
