@@ -1689,6 +1689,38 @@ async fn a_pause_that_ended_while_down_records_the_times_since_its_end() {
     );
 }
 
+/// A change no message announced reaches the engine at its next
+/// reconciliation, which reads the changed jobs a page at a time: a job
+/// on the second page is re-armed like one on the first.
+#[tokio::test(start_paused = true)]
+async fn the_reconciliation_reads_changed_jobs_page_by_page() {
+    const JOBS: usize = 1_050;
+    let jobs: Vec<NewJob> = (0..JOBS)
+        .map(|i| job(&format!("yearly {i}"), "test.stubborn", "0 0 0 1 1 *"))
+        .collect();
+    let (h, ids) =
+        Harness::start(hold_clock().await, &jobs, chrono::Duration::hours(1), None).await;
+    h.settle(PATIENCE).await;
+    // Every job now fires every second, from just before the
+    // reconciliation on; the engine is not told.
+    let from = ms(t0()) + 59_500;
+    h.sql(&format!(
+        "UPDATE jobs SET cron = '* * * * * *', schedule_from = {from}, updated_at = {from}, version = version + 1"
+    ))
+    .await;
+    tokio::time::advance(Duration::from_secs(60)).await;
+    h.settle(PATIENCE).await;
+    for id in [ids[0], ids[JOBS - 1]] {
+        let runs = h
+            .until(id, Duration::from_secs(5), |runs| {
+                runs.iter().any(|r| r.trigger == "schedule")
+            })
+            .await;
+        assert!(runs[0].scheduled_at > from, "job {id}: {runs:#?}");
+    }
+    h.shut_down().await;
+}
+
 /// A stop while the claimer has a backlog (every job's start-up catch-up,
 /// claimed a batch at a time): the claimer looks at the stop before each
 /// round, not only when idle, so the backlog is cut short and nothing is

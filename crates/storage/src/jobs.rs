@@ -595,15 +595,20 @@ impl JobRepo<'_> {
         rows.into_iter().map(schedule_of).collect()
     }
 
-    /// The schedules of jobs changed at or after `since` (enabled or not):
+    /// The schedules of jobs changed at or after `since` (enabled or not)
+    /// with an id above `after_id`, by id, at most `limit`: one page of
     /// what a reconciliation reads, instead of every job.
     pub async fn schedules_changed_since(
         &self,
         since: DateTime<Utc>,
+        after_id: i64,
+        limit: u64,
     ) -> Result<Vec<JobSchedule>, StorageError> {
         let rows: Vec<ScheduleRow> = schedule_query()
             .filter(Column::UpdatedAt.gte(to_millis(since)))
+            .filter(Column::Id.gt(after_id))
             .order_by_asc(Column::Id)
+            .limit(limit)
             .into_model()
             .all(self.store.connection())
             .await?;

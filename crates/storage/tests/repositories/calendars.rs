@@ -250,7 +250,7 @@ async fn calendar_edit_restarts_its_jobs_schedules(store: Store) {
     // Reconciliation finds them by their change time.
     let changed: Vec<i64> = store
         .jobs()
-        .schedules_changed_since(later)
+        .schedules_changed_since(later, 0, 1000)
         .await
         .unwrap()
         .into_iter()
