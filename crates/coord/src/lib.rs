@@ -88,15 +88,24 @@ impl std::fmt::Debug for Coord {
     }
 }
 
-async fn bounded<T>(fut: impl Future<Output = redis::RedisResult<T>>) -> Result<T, CoordError> {
-    let result = match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
-        Ok(result) => Ok(result?),
-        Err(_) => Err(CoordError::Timeout("no answer within 1 s")),
-    };
-    if result.is_err() {
-        stats::redis_error();
+/// A command bounded by [`COMMAND_TIMEOUT`]. The command's future is boxed
+/// here, at the call: the client's futures take kilobytes, and a caller's
+/// own future (a fire waiting for its time holds one) would otherwise
+/// reserve that room for as long as it lives.
+fn bounded<T>(
+    fut: impl Future<Output = redis::RedisResult<T>>,
+) -> impl Future<Output = Result<T, CoordError>> {
+    let fut = Box::pin(fut);
+    async move {
+        let result = match tokio::time::timeout(COMMAND_TIMEOUT, fut).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(CoordError::Timeout("no answer within 1 s")),
+        };
+        if result.is_err() {
+            stats::redis_error();
+        }
+        result
     }
-    result
 }
 
 /// Takes the next fencing token and, with it, the lock if nobody holds it
@@ -137,8 +146,8 @@ for i, key in ipairs(KEYS) do
 end
 return released";
 
-/// Most locks a caller should renew in one [`Coord::renew_many`] call, and
-/// locks per script call of [`Coord::release_many`]: a busy second's
+/// Most locks a caller should renew or release in one
+/// [`Coord::renew_many`] or [`Coord::release_many`] call: a busy second's
 /// worth in a few round trips, without one script holding Redis for long.
 pub const LOCKS_PER_CALL: usize = 500;
 
@@ -169,7 +178,9 @@ impl Coord {
         if let Some(shared) = self.slot().as_ref() {
             return Ok(shared.conn.clone());
         }
-        let mut conn = match self.checkout().await {
+        // Boxed: rarely taken, and the pool's future would otherwise size
+        // every command's.
+        let mut conn = match Box::pin(self.checkout()).await {
             Ok(conn) => deadpool_redis::Connection::take(conn),
             Err(e) => {
                 stats::redis_error();
@@ -329,17 +340,15 @@ impl Coord {
         self.release_many(std::slice::from_ref(lock)).await
     }
 
-    /// Gives locks back (those still ours), [`LOCKS_PER_CALL`] to a
-    /// round trip.
+    /// Gives locks back (those still ours) in one script call (at most
+    /// about [`LOCKS_PER_CALL`] at a time, please).
     pub async fn release_many(&self, locks: &[JobLock]) -> Result<(), CoordError> {
         let mut conn = self.conn().await?;
-        for chunk in locks.chunks(LOCKS_PER_CALL) {
-            let mut script = RELEASE_SCRIPT.prepare_invoke();
-            for lock in chunk {
-                script.key(&lock.key).arg(&lock.value);
-            }
-            let _: i64 = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
+        let mut script = RELEASE_SCRIPT.prepare_invoke();
+        for lock in locks {
+            script.key(&lock.key).arg(&lock.value);
         }
+        let _: i64 = self.checked(bounded(script.invoke_async(&mut conn)).await)?;
         Ok(())
     }
 }

@@ -938,7 +938,10 @@ impl Claimer {
                 busy_at_claim: claimed.busy,
                 _permit: permit,
             };
-            let span = crate::observe::fire_span(&fire).await;
+            // Boxed: it may read the database (a run-once fire's trace
+            // parent), and this task would otherwise keep room for that
+            // read while the fire waits and runs.
+            let span = Box::pin(crate::observe::fire_span(&fire)).await;
             let ended = backfill.then(|| (Arc::clone(&fire.shared), fire.fire_id));
             fire.run(stop).instrument(span).await;
             if let Some((shared, fire_id)) = ended {

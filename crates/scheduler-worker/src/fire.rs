@@ -219,6 +219,9 @@ struct Attempt {
 
 impl Fire {
     /// Runs the fire to its end and records every attempt.
+    /// Rare paths that wait on the database (or Redis) are awaited boxed:
+    /// every fire's task reserves room for the largest future it may
+    /// await, and thousands of fires claimed ahead wait at once.
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
         // Claimed ahead: everything below is judged at the time, as if the
         // claim had come then; the run's real start is written at its end.
@@ -260,9 +263,9 @@ impl Fire {
             Err(reason) => return self.end_at_once(RunStatus::Failed, "", &reason).await,
         };
         if self.job.waits_its_turn() {
-            if let Err((status, output, error)) = self.wait_turn(&mut stop).await {
+            if let Err((status, output, error)) = Box::pin(self.wait_turn(&mut stop)).await {
                 if status != RunStatus::Skipped {
-                    self.never_started().await;
+                    Box::pin(self.never_started()).await;
                 }
                 return self.end_at_once(status, &output, &error).await;
             }
@@ -330,7 +333,7 @@ impl Fire {
             }
             self.write_end(end).await;
             if succeeded {
-                self.count_towards_limit().await;
+                Box::pin(self.count_towards_limit()).await;
             }
             drop(running);
             if !retry {
@@ -340,7 +343,7 @@ impl Fire {
             match attempt.outcome {
                 Outcome::TimedOut | Outcome::Cancelled(_) => {
                     if matches!(attempt.outcome, Outcome::TimedOut) {
-                        self.alert_timeout(attempt.started_at).await;
+                        Box::pin(self.alert_timeout(attempt.started_at)).await;
                     }
                     // As after a timeout, the job's next fire waits until
                     // the handler really returned.
@@ -790,8 +793,9 @@ impl Fire {
             return AtTime::Run;
         };
         let fires = self.shared.store.fires();
-        match fires
-            .withdraw(self.fire_id, self.run_id, &self.shared.config.instance)
+        // Boxed: rarely taken, and a waiting fire would otherwise hold the
+        // room for the database call all along.
+        match Box::pin(fires.withdraw(self.fire_id, self.run_id, &self.shared.config.instance))
             .await
         {
             Ok(true) => {

@@ -203,30 +203,37 @@ impl LocksInner {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Renews the locks due now (and those due soon after), and counts
-    /// the ones not confirmed as lost.
-    async fn renew_due(&self) {
+    /// Takes the locks due now (and those due soon after) out of the
+    /// renewal queue.
+    fn take_due(&self) -> Vec<(u64, JobLock)> {
         let horizon = Instant::now() + renew_together(self.ttl);
-        let batch: Vec<(u64, JobLock)> = {
-            let mut held = self.held();
-            let mut batch = Vec::new();
-            while held.due.front().is_some_and(|(at, _)| *at <= horizon) {
-                let Some((_, id)) = held.due.pop_front() else {
-                    break;
-                };
-                // A lock given back meanwhile left its place in the queue.
-                if let Some(h) = held.locks.get(&id) {
-                    batch.push((id, h.lock.clone()));
-                }
+        let mut held = self.held();
+        let mut batch = Vec::new();
+        while held.due.front().is_some_and(|(at, _)| *at <= horizon) {
+            let Some((_, id)) = held.due.pop_front() else {
+                break;
+            };
+            // A lock given back meanwhile left its place in the queue.
+            if let Some(h) = held.locks.get(&id) {
+                batch.push((id, h.lock.clone()));
             }
-            batch
-        };
-        // A failed call counts only its own locks as lost.
-        for chunk in batch.chunks(qiwu_coord::LOCKS_PER_CALL) {
+        }
+        batch
+    }
+
+    /// Renews a batch, [`qiwu_coord::LOCKS_PER_CALL`] locks to a call, the
+    /// calls at once (each bounded by the client's timeout), and counts
+    /// the locks a call did not confirm as lost: only its own.
+    async fn renew(&self, batch: Vec<(u64, JobLock)>) {
+        let chunks: Vec<&[(u64, JobLock)]> = batch.chunks(qiwu_coord::LOCKS_PER_CALL).collect();
+        let calls = chunks.iter().map(|chunk| {
             let locks: Vec<JobLock> = chunk.iter().map(|(_, lock)| lock.clone()).collect();
-            let renewed = self.coord.renew_many(&locks, self.ttl).await;
-            let mut held = self.held();
-            let next = Instant::now() + self.ttl / 3;
+            async move { self.coord.renew_many(&locks, self.ttl).await }
+        });
+        let results = futures_util::future::join_all(calls).await;
+        let mut held = self.held();
+        let next = Instant::now() + self.ttl / 3;
+        for (chunk, renewed) in chunks.iter().zip(results) {
             for (i, (id, _)) in chunk.iter().enumerate() {
                 let confirmed = matches!(&renewed, Ok(r) if r.get(i) == Some(&true));
                 if confirmed {
@@ -248,8 +255,13 @@ impl LocksInner {
     }
 }
 
-/// Renews held locks as they fall due; sleeps while none is held.
+/// Renews held locks as they fall due; sleeps while none is held. Each
+/// due batch is renewed in a task of its own, so a batch waiting on a
+/// slow Redis (up to its timeout) never holds back the next one: a loss
+/// is signalled within a third of the TTL plus one call's timeout of the
+/// last renewal, as when each lock renewed itself.
 async fn renew_loop(locks: Weak<LocksInner>, mut woken: mpsc::UnboundedReceiver<()>) {
+    let mut batches = tokio::task::JoinSet::new();
     loop {
         let next = match locks.upgrade() {
             Some(locks) => locks.held().due.front().map(|(at, _)| *at),
@@ -260,8 +272,12 @@ async fn renew_loop(locks: Weak<LocksInner>, mut woken: mpsc::UnboundedReceiver<
                 let Some(locks) = locks.upgrade() else {
                     return;
                 };
-                locks.renew_due().await;
+                let batch = locks.take_due();
+                if !batch.is_empty() {
+                    batches.spawn(async move { locks.renew(batch).await });
+                }
             }
+            Some(_) = batches.join_next(), if !batches.is_empty() => {}
             woke = woken.recv() => {
                 if woke.is_none() {
                     return;
@@ -271,7 +287,8 @@ async fn renew_loop(locks: Weak<LocksInner>, mut woken: mpsc::UnboundedReceiver<
     }
 }
 
-/// Gives back, in one round trip, every lock released since the last one.
+/// Gives back, in one round trip per [`qiwu_coord::LOCKS_PER_CALL`] locks
+/// (the calls at once), every lock released since the last time.
 /// A weak handle: the loop must not keep alive the sender whose closing
 /// ends it.
 async fn release_loop(
@@ -290,11 +307,15 @@ async fn release_loop(
             }
             next = requests.try_recv().ok();
         }
-        if !batch.is_empty() {
-            match coord.release_many(&batch).await {
+        let calls = batch.chunks(qiwu_coord::LOCKS_PER_CALL).map(|chunk| {
+            let coord = &coord;
+            async move { (chunk, coord.release_many(chunk).await) }
+        });
+        for (chunk, released) in futures_util::future::join_all(calls).await {
+            match released {
                 Ok(()) => {
                     if let Some(locks) = locks.upgrade() {
-                        for lock in &batch {
+                        for lock in chunk {
                             locks.handovers.released(lock);
                         }
                     }
@@ -302,7 +323,7 @@ async fn release_loop(
                 // Still ours until they expire: the jobs' next fires here
                 // may take them over meanwhile.
                 Err(e) => {
-                    tracing::warn!(locks = batch.len(), error = %e, "cannot release job locks; they expire by themselves");
+                    tracing::warn!(locks = chunk.len(), error = %e, "cannot release job locks; they expire by themselves");
                 }
             }
         }
