@@ -220,7 +220,7 @@ impl Config {
             5_000,
         )?);
         let max_in_flight =
-            usize::try_from(ranged(lookup, "QIWU_MAX_IN_FLIGHT", 1, 100_000, 2_000)?)
+            usize::try_from(ranged(lookup, "QIWU_MAX_IN_FLIGHT", 1, 100_000, 5_000)?)
                 .context("QIWU_MAX_IN_FLIGHT does not fit this machine")?;
         let claim_ahead =
             std::time::Duration::from_millis(ranged(lookup, "QIWU_CLAIM_AHEAD_MS", 0, 1_000, 500)?);
