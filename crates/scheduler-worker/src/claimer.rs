@@ -147,6 +147,12 @@ pub(crate) struct Claimer {
     /// Places promised to the fires of the rounds in flight.
     reserved: usize,
     max_rounds: usize,
+    /// By job: (time, tip), a timer time that follows the chain's tip
+    /// instead of its schedule's previous time, which a record reaching
+    /// past it covers ([`ClaimOutcome::Gap`]). At most one per job; one
+    /// left behind (its time folded into a catch-up) never matches a later
+    /// time.
+    follows: HashMap<i64, (DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// A round of timer claims, back from the database.
@@ -167,6 +173,7 @@ impl Claimer {
         stop: watch::Receiver<bool>,
     ) -> Claimer {
         Claimer {
+            follows: HashMap::new(),
             max_rounds: match shared.store.backend() {
                 Backend::Sqlite => 1,
                 Backend::Postgres | Backend::MySql => ROUNDS,
@@ -548,6 +555,14 @@ impl Claimer {
             .zip(holds)
             .zip(claims.iter().zip(outcomes))
         {
+            // What this time followed is spent; a gap below may set it anew.
+            if self
+                .follows
+                .get(&armed.job_id)
+                .is_some_and(|(time, _)| *time == at)
+            {
+                self.follows.remove(&armed.job_id);
+            }
             // A fire claimed ahead is decided at its time: counted there.
             let ahead = hold.is_some()
                 && matches!(&outcome, ClaimOutcome::Claimed(c) if c.status == RunStatus::Running);
@@ -563,16 +578,24 @@ impl Claimer {
                 ClaimOutcome::Stale => {
                     let _ = self.feedback.send(Feedback::Stale(armed.job_id));
                 }
-                ClaimOutcome::Gap => {
-                    // Earlier times have no record: catch them up, then
-                    // claim this one.
-                    let through = claim.after.unwrap_or(at);
-                    self.add(Request::CatchUp {
-                        job_id: armed.job_id,
-                        through,
-                        reason: MissReason::Downtime,
-                    });
+                ClaimOutcome::Gap { tip } => {
                     let job_id = armed.job_id;
+                    match (tip, claim.after) {
+                        // A record reaching past this time's predecessor
+                        // (a freeze window's, written under the schedule
+                        // before) covers it: this time follows that record.
+                        // A catch-up would find nothing to record.
+                        (Some(tip), Some(after)) if tip >= after && tip < at => {
+                            self.follows.insert(job_id, (at, tip));
+                        }
+                        // Earlier times have no record: catch them up,
+                        // then claim this one.
+                        _ => self.add(Request::CatchUp {
+                            job_id,
+                            through: claim.after.unwrap_or(at),
+                            reason: MissReason::Downtime,
+                        }),
+                    }
                     self.work(job_id).times.push_front((armed, at));
                 }
             }
@@ -613,7 +636,12 @@ impl Claimer {
                 trigger: Trigger::Schedule,
                 first_at: *at,
                 scheduled_at: *at,
-                after: previous_time(&armed.schedule, *at),
+                after: self
+                    .follows
+                    .get(&armed.job_id)
+                    .filter(|(time, _)| time == at)
+                    .map(|(_, tip)| *tip)
+                    .or_else(|| previous_time(&armed.schedule, *at)),
                 schedule_from: armed.schedule_from,
                 first,
                 // A backup wakes after its primary should have claimed.
@@ -698,7 +726,7 @@ impl Claimer {
                     let _ = self.feedback.send(Feedback::Stale(job_id));
                 }
                 // Another record extended the chain meanwhile: read again.
-                ClaimOutcome::Gap => self.add(Request::CatchUp {
+                ClaimOutcome::Gap { .. } => self.add(Request::CatchUp {
                     job_id,
                     through,
                     reason,

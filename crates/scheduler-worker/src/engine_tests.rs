@@ -1765,6 +1765,73 @@ async fn a_stop_cuts_a_claim_backlog_short() {
     );
 }
 
+/// A schedule change inside a freeze window: the window's record covers
+/// the old schedule's times up to the window's last one, past the new
+/// schedule's last frozen time. The new schedule's first time after the
+/// window follows that record (the chain's tip) instead of asking for a
+/// predecessor that nothing will ever record.
+#[tokio::test(start_paused = true)]
+async fn a_schedule_changed_inside_a_freeze_goes_on_after_it() {
+    use qiwu_domain::freeze::{FreezeScope, FreezeSpec};
+    let (h, ids) = Harness::start(
+        hold_clock().await,
+        &[job("frozen", "test.stubborn", "* * * * * *")],
+        chrono::Duration::zero(),
+        None,
+    )
+    .await;
+    let id = ids[0];
+    let (from, to) = (
+        t0() + chrono::Duration::seconds(3),
+        t0() + chrono::Duration::seconds(8),
+    );
+    h.store
+        .freezes()
+        .create(
+            &FreezeSpec {
+                from,
+                to,
+                scope: FreezeScope::JobIds(vec![id]),
+                reason: "release".into(),
+            },
+            "t",
+            t0(),
+        )
+        .await
+        .expect("freeze");
+    h.handle.send(Command::FreezesChanged);
+    // The window's record (seconds 3 to 7) is written at its first time.
+    h.until(id, Duration::from_secs(5), |runs| {
+        runs.iter().any(|r| r.output.contains("freeze #"))
+    })
+    .await;
+    h.pass(Duration::from_millis(1_500)).await;
+    // Every two seconds from now (4.5 s): 6 is frozen, 8 is the first
+    // time after the window.
+    let current = h.store.jobs().get(id).await.expect("read").expect("job");
+    let mut every_two = job("frozen", "test.stubborn", "*/2 * * * * *");
+    every_two.enabled = true;
+    h.store
+        .jobs()
+        .update(id, current.version, &every_two, "t", h.now())
+        .await
+        .expect("edit");
+    h.handle.send(Command::JobChanged(id));
+    let runs = h
+        .until(id, Duration::from_secs(10), |runs| {
+            runs.iter()
+                .any(|r| r.scheduled_at >= ms(to) && r.status == "success")
+        })
+        .await;
+    let first_after = runs
+        .iter()
+        .find(|r| r.scheduled_at >= ms(to))
+        .expect("a record after the window");
+    assert_eq!(first_after.scheduled_at, ms(to), "{runs:#?}");
+    assert_eq!(first_after.trigger, "schedule", "{runs:#?}");
+    h.shut_down().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_freeze_skips_its_times_once_and_run_once_catches_up_at_its_end() {
     use qiwu_domain::freeze::{FreezeScope, FreezeSpec};

@@ -39,7 +39,7 @@ fn outcome_label(outcome: &ClaimOutcome) -> &'static str {
         },
         ClaimOutcome::Taken => "lost_race",
         ClaimOutcome::Stale => "stale",
-        ClaimOutcome::Gap => "gap",
+        ClaimOutcome::Gap { .. } => "gap",
     }
 }
 

@@ -144,9 +144,15 @@ pub enum ClaimOutcome {
     /// The job is gone, disabled, or its schedule changed since it was
     /// armed: nothing is recorded and the caller re-reads the job.
     Stale,
-    /// Earlier fire times of the job have no record: they must be recorded
-    /// (by the misfire policy) before this one can be claimed.
-    Gap,
+    /// The time this claim names as its predecessor has no record: earlier
+    /// times must be recorded (by the misfire policy) before this one can
+    /// be claimed. `tip` is the latest time the job's records reach; when
+    /// it lies between that predecessor and this time, a record standing
+    /// for several times (a freeze window's, written under an earlier
+    /// schedule) already covers the hole, and this time follows it.
+    Gap {
+        tip: Option<DateTime<Utc>>,
+    },
 }
 
 /// A fire row just taken, before its first run is written.
@@ -342,7 +348,9 @@ impl FireRepo<'_> {
                 Some(&(true, from, tip)) if from == armed && to_millis(claim.first_at) > from => {
                     match tip {
                         Some(tip) if tip >= to_millis(claim.scheduled_at) => ClaimOutcome::Taken,
-                        _ => ClaimOutcome::Gap,
+                        _ => ClaimOutcome::Gap {
+                            tip: tip.and_then(|t| from_millis(t).ok()),
+                        },
                     }
                 }
                 _ => ClaimOutcome::Stale,

@@ -84,7 +84,7 @@ fn kind(outcome: &ClaimOutcome) -> &'static str {
         ClaimOutcome::Claimed(_) => "claimed",
         ClaimOutcome::Taken => "taken",
         ClaimOutcome::Stale => "stale",
-        ClaimOutcome::Gap => "gap",
+        ClaimOutcome::Gap { .. } => "gap",
     }
 }
 
@@ -341,8 +341,12 @@ async fn ledger_a_gap_is_caught_up_before_the_next_time(store: Store) {
         kind(&claim_one(&store, timer(&job, 1), "w").await),
         "claimed"
     );
-    // Second 2 was never recorded: second 3 cannot be claimed as if it were.
-    assert_eq!(kind(&claim_one(&store, timer(&job, 3), "w").await), "gap");
+    // Second 2 was never recorded: second 3 cannot be claimed as if it
+    // were. The gap says how far the job's records reach.
+    let ClaimOutcome::Gap { tip } = claim_one(&store, timer(&job, 3), "w").await else {
+        panic!("second 3 was claimed over a hole");
+    };
+    assert_eq!(tip, Some(s(1)));
     let ClaimOutcome::Claimed(skip) = claim_one(&store, catch_up(&job, 1, 2, 2), "w").await else {
         panic!("the catch-up was not claimed");
     };
